@@ -1,0 +1,29 @@
+# The two commands the README opens with. Both create .venv when missing.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+CONFIG ?= examples/single.conf
+
+.PHONY: run test lint bench clean
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	exec $(BIN)/jetraft server -c $(CONFIG)
+
+test: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.core_pubsub
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

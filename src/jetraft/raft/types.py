@@ -1,0 +1,52 @@
+"""Values shared by the RAFT core, its durable log and its driver.
+
+Node ids are strings (server names or peer ids); "" means "nobody".
+Everything here is immutable so a Ready can be handed to I/O without copies.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class EntryKind(enum.IntEnum):
+    NORMAL = 0  # opaque state-machine payload
+    CONFIG = 1  # membership change, data encodes the new configuration
+    NOOP = 2  # appended by a new leader to commit entries of earlier terms
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    term: int
+    index: int
+    kind: EntryKind
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before any message that depends on it is sent."""
+
+    term: int = 0
+    vote: str = ""
+    commit: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Membership:
+    voters: tuple[str, ...]
+    learners: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotMeta:
+    index: int
+    term: int
+    membership: Membership
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    meta: SnapshotMeta
+    data: bytes

@@ -1,0 +1,53 @@
+"""Run a server in the foreground until SIGINT/SIGTERM: the `jetraft server` command."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+
+from jetraft.config import ConfigError, ServerConfig, build_config
+from jetraft.server.server import Server
+
+log = logging.getLogger("jetraft")
+
+
+def _setup_logging(cfg: ServerConfig) -> None:
+    level = logging.DEBUG if (cfg.debug or cfg.trace) else logging.INFO
+    logging.basicConfig(
+        level=level,
+        format="[%(process)d] %(asctime)s [%(levelname).3s] %(message)s",
+        stream=sys.stderr,
+    )
+
+
+async def serve(cfg: ServerConfig) -> None:
+    server = Server(cfg)
+    await server.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("Initiating Shutdown...")
+    await server.stop()
+    log.info("Server Exiting..")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        cfg = build_config(argv)
+    except ConfigError as exc:
+        print(f"jetraft: configuration error: {exc}", file=sys.stderr)
+        return 1
+    _setup_logging(cfg)
+    for warning in cfg.warnings:
+        log.warning("config: %s", warning)
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(serve(cfg))
+    else:
+        uvloop.run(serve(cfg))
+    return 0

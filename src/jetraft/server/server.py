@@ -1,0 +1,302 @@
+"""The server: listeners, the client registry, message routing within an account, keep-alive."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jetraft
+from jetraft.config import ServerConfig
+from jetraft.protocol import client as proto
+from jetraft.protocol.headers import encode_headers
+from jetraft.server.auth import Account, Authenticator
+from jetraft.server.client_conn import ClientConnection, Subscription
+from jetraft.server.tls import make_server_context
+
+log = logging.getLogger("jetraft.server")
+
+# Clients gate features on the reported version (nats-py needs >= 2.9 for the named consumer
+# API), so we report the nats-server protocol level we implement, not our package version.
+NATS_COMPAT_VERSION = "2.11.0"
+_ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+
+
+def new_server_id() -> str:
+    # Shaped like nats-server's public nkey ids: 'N' plus 55 base32 characters.
+    return "N" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(55))
+
+
+@dataclass(slots=True)
+class ServerStats:
+    in_msgs: int = 0
+    in_bytes: int = 0
+    out_msgs: int = 0
+    out_bytes: int = 0
+    slow_consumers: int = 0
+    total_connections: int = 0
+    auth_failures: int = 0
+
+
+class Server:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.server_id = new_server_id()
+        self.name = config.server_name or self.server_id
+        self.auth = Authenticator(config)
+        self.stats = ServerStats()
+        self.clients: dict[int, ClientConnection] = {}
+        self.start_time = time.time()
+        self._next_cid = 1
+        self._rng = random.Random()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._ping_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self.tls_context: ssl.SSLContext | None = None
+        if config.tls is not None:
+            self.tls_context = make_server_context(config.tls)
+        self.client_port = config.port
+        self.monitor: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        srv = await self._loop.create_server(
+            self._new_client, cfg.host, cfg.port, reuse_address=True, backlog=1024
+        )
+        self._servers.append(srv)
+        if cfg.port == 0 and srv.sockets:
+            self.client_port = srv.sockets[0].getsockname()[1]
+        log.info("Listening for client connections on %s:%d", cfg.host, self.client_port)
+        if cfg.http_port:
+            from jetraft.server.monitor import MonitorServer
+
+            self.monitor = MonitorServer(self)
+            await self.monitor.start(cfg.http_host or cfg.host, cfg.http_port)
+        self._ping_task = asyncio.create_task(self._ping_loop())
+        log.info("Server is ready (id %s, name %s)", self.server_id, self.name)
+
+    async def stop(self) -> None:
+        for srv in self._servers:
+            srv.close()
+        if self._ping_task is not None:
+            self._ping_task.cancel()
+        if self.monitor is not None:
+            await self.monitor.stop()
+        for conn in list(self.clients.values()):
+            conn.close("Server Shutdown")
+        for srv in self._servers:
+            await srv.wait_closed()
+        self._stopped.set()
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    # --- clients ---------------------------------------------------------------------------
+
+    def _new_client(self) -> ClientConnection:
+        cid = self._next_cid
+        self._next_cid += 1
+        return ClientConnection(self, cid)
+
+    def client_opened(self, conn: ClientConnection) -> None:
+        cfg = self.config
+        if len(self.clients) >= cfg.max_connections:
+            conn.fatal("maximum connections exceeded")
+            return
+        self.clients[conn.cid] = conn
+        self.stats.total_connections += 1
+        conn.enqueue(proto.encode_info(self.info_for(conn)))
+        if self.auth.required:
+            timeout = cfg.auth_timeout_ns / 1e9
+            conn.start_auth_timer(timeout)
+        if self.tls_context is not None:
+            conn.flush()
+            asyncio.ensure_future(self._upgrade_tls(conn))
+
+    async def _upgrade_tls(self, conn: ClientConnection) -> None:
+        assert self.tls_context is not None and conn.transport is not None
+        tls = self.config.tls
+        timeout = tls.timeout_s if tls is not None else 2.0
+        try:
+            new = await self.loop.start_tls(
+                conn.transport,
+                conn,
+                self.tls_context,
+                server_side=True,
+                ssl_handshake_timeout=timeout,
+            )
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+            log.debug("TLS handshake failed for client %d: %s", conn.cid, exc)
+            conn.close("TLS Handshake Error")
+            return
+        if new is None:
+            conn.close("TLS Handshake Error")
+            return
+        conn.transport = new
+
+    def info_for(self, conn: ClientConnection) -> dict[str, Any]:
+        cfg = self.config
+        info: dict[str, Any] = {
+            "server_id": self.server_id,
+            "server_name": self.name,
+            "version": NATS_COMPAT_VERSION,
+            "proto": 1,
+            "go": f"jetraft {jetraft.__version__}",
+            "host": cfg.host,
+            "port": self.client_port,
+            "headers": True,
+            "max_payload": cfg.max_payload,
+            "client_id": conn.cid,
+            "client_ip": conn.host,
+        }
+        if self.auth.required:
+            info["auth_required"] = True
+        if self.tls_context is not None:
+            info["tls_required"] = True
+            if cfg.tls is not None and cfg.tls.verify:
+                info["tls_verify"] = True
+        if cfg.jetstream is not None:
+            info["jetstream"] = True
+        if cfg.cluster is not None and cfg.cluster.name:
+            info["cluster"] = cfg.cluster.name
+        info["connect_urls"] = [f"{self._advertise_host(conn)}:{self.client_port}"]
+        return info
+
+    def _advertise_host(self, conn: ClientConnection) -> str:
+        host = self.config.host
+        if host in ("0.0.0.0", "::", ""):
+            transport = conn.transport
+            sock = transport.get_extra_info("sockname") if transport is not None else None
+            if isinstance(sock, tuple):
+                return str(sock[0])
+        return host
+
+    def client_bound(self, conn: ClientConnection) -> None:
+        conn.account.num_connections += 1
+
+    def client_closed(self, conn: ClientConnection) -> None:
+        if self.clients.pop(conn.cid, None) is None:
+            return
+        if conn.connected:
+            conn.account.num_connections -= 1
+        conn.remove_all_subs()
+        if self.monitor is not None:
+            self.monitor.remember_closed(conn)
+
+    # --- interest and routing --------------------------------------------------------------
+
+    def add_subscription(self, account: Account, sub: Subscription) -> None:
+        account.sublist.insert(sub.subject, sub.queue, sub)
+
+    def remove_subscription(self, account: Account, sub: Subscription) -> None:
+        account.sublist.remove(sub.subject, sub.queue, sub)
+
+    def route_message(
+        self,
+        sender: ClientConnection | None,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+    ) -> int:
+        """Deliver a published message to every interested subscription of the account.
+
+        Returns how many subscriptions received it.
+        """
+        size = len(data) + (len(hdr) if hdr else 0)
+        stats = self.stats
+        stats.in_msgs += 1
+        stats.in_bytes += size
+        acc_stats = account.stats
+        acc_stats.in_msgs += 1
+        acc_stats.in_bytes += size
+        match = account.sublist.match(subject)
+        delivered = 0
+        no_echo = sender is not None and not sender.echo
+        for sub in match.plain:
+            if no_echo and sub.conn is sender:
+                continue
+            if sub.conn.deliver(sub, subject, reply, hdr, data):
+                delivered += 1
+        for members in match.queues:
+            if self._deliver_queue(members, sender if no_echo else None, subject, reply, hdr, data):
+                delivered += 1
+        if delivered:
+            stats.out_msgs += delivered
+            stats.out_bytes += size * delivered
+            acc_stats.out_msgs += delivered
+            acc_stats.out_bytes += size * delivered
+        elif reply and sender is not None and sender.no_responders:
+            self._no_responders(sender, subject, reply)
+        return delivered
+
+    def _deliver_queue(
+        self,
+        members: tuple[Subscription, ...],
+        skip: ClientConnection | None,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+    ) -> bool:
+        # Start at a random member and walk on past anyone who cannot take it.
+        n = len(members)
+        start = self._rng.randrange(n) if n > 1 else 0
+        for i in range(n):
+            sub = members[(start + i) % n]
+            if skip is not None and sub.conn is skip:
+                continue
+            if not sub.conn.closed and sub.conn.deliver(sub, subject, reply, hdr, data):
+                return True
+        return False
+
+    def _no_responders(self, sender: ClientConnection, subject: str, reply: str) -> None:
+        for sub in sender.account.sublist.match(reply).plain:
+            if sub.conn is sender:
+                hdr = encode_headers({"Nats-Subject": subject}, status=503)
+                sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
+                return
+
+    # --- keep-alive ------------------------------------------------------------------------
+
+    async def _ping_loop(self) -> None:
+        interval = self.config.ping_interval_ns / 1e9
+        while True:
+            await asyncio.sleep(interval)
+            now = time.time()
+            for conn in list(self.clients.values()):
+                if conn.closed:
+                    continue
+                if conn.pings_out >= self.config.ping_max:
+                    conn.fatal("Stale Connection")
+                    continue
+                # A client that just talked to us is alive; nats-server skips the PING too.
+                if now - conn.last_activity < interval / 2 and conn.pings_out == 0:
+                    continue
+                conn.pings_out += 1
+                conn.enqueue(proto.PING_FRAME)
+
+    # --- introspection ---------------------------------------------------------------------
+
+    @staticmethod
+    def info_version() -> str:
+        return NATS_COMPAT_VERSION
+
+    @staticmethod
+    def package_version() -> str:
+        return jetraft.__version__

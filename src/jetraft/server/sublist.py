@@ -1,0 +1,171 @@
+"""A subject trie that answers "who is interested in this subject?" with a result cache.
+
+Publishing asks ``match`` once per message, so results are cached per literal subject; an
+insert or remove drops only the cached subjects its filter matches (most traffic keeps hitting
+the cache while clients come and go).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Generic, NamedTuple, TypeVar
+
+from jetraft.protocol.subjects import subject_matches
+
+S = TypeVar("S", bound=Hashable)
+
+_CACHE_MAX = 4096
+
+
+class Match(NamedTuple, Generic[S]):
+    plain: tuple[S, ...]
+    queues: tuple[tuple[S, ...], ...]  # one tuple of members per queue group
+
+
+class _Node(Generic[S]):
+    __slots__ = ("fwc", "literal", "plain", "pwc", "queues")
+
+    def __init__(self) -> None:
+        self.literal: dict[str, _Node[S]] = {}
+        self.pwc: _Node[S] | None = None
+        self.fwc: _Node[S] | None = None
+        # dicts keep insertion order, which keeps delivery order stable for tests and users.
+        self.plain: dict[S, None] = {}
+        self.queues: dict[str, dict[S, None]] = {}
+
+    def empty(self) -> bool:
+        return not (self.literal or self.pwc or self.fwc or self.plain or self.queues)
+
+
+class SubList(Generic[S]):
+    def __init__(self) -> None:
+        self._root: _Node[S] = _Node()
+        self._cache: dict[str, Match[S]] = {}
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def cache_size(self) -> int:
+        return len(self._cache)
+
+    def insert(self, subject: str, queue: str | None, sub: S) -> None:
+        node = self._root
+        for tok in subject.split("."):
+            if tok == "*":
+                if node.pwc is None:
+                    node.pwc = _Node()
+                node = node.pwc
+            elif tok == ">":
+                if node.fwc is None:
+                    node.fwc = _Node()
+                node = node.fwc
+            else:
+                nxt = node.literal.get(tok)
+                if nxt is None:
+                    nxt = node.literal[tok] = _Node()
+                node = nxt
+        if queue is None:
+            if sub in node.plain:
+                return
+            node.plain[sub] = None
+        else:
+            members = node.queues.setdefault(queue, {})
+            if sub in members:
+                return
+            members[sub] = None
+        self._count += 1
+        self._invalidate(subject)
+
+    def remove(self, subject: str, queue: str | None, sub: S) -> bool:
+        path: list[tuple[_Node[S], str]] = []
+        node: _Node[S] | None = self._root
+        for tok in subject.split("."):
+            assert node is not None
+            path.append((node, tok))
+            if tok == "*":
+                node = node.pwc
+            elif tok == ">":
+                node = node.fwc
+            else:
+                node = node.literal.get(tok)
+            if node is None:
+                return False
+        assert node is not None
+        if queue is None:
+            if node.plain.pop(sub, 0) is not None:
+                return False
+        else:
+            members = node.queues.get(queue)
+            if members is None or members.pop(sub, 0) is not None:
+                return False
+            if not members:
+                del node.queues[queue]
+        self._count -= 1
+        self._prune(path, node)
+        self._invalidate(subject)
+        return True
+
+    @staticmethod
+    def _prune(path: list[tuple[_Node[S], str]], leaf: _Node[S]) -> None:
+        child = leaf
+        for parent, tok in reversed(path):
+            if not child.empty():
+                return
+            if tok == "*":
+                parent.pwc = None
+            elif tok == ">":
+                parent.fwc = None
+            else:
+                del parent.literal[tok]
+            child = parent
+
+    def _invalidate(self, filter_subject: str) -> None:
+        if not self._cache:
+            return
+        if "*" not in filter_subject and ">" not in filter_subject:
+            self._cache.pop(filter_subject, None)
+            return
+        for cached in [k for k in self._cache if subject_matches(filter_subject, k)]:
+            del self._cache[cached]
+
+    def match(self, subject: str) -> Match[S]:
+        hit = self._cache.get(subject)
+        if hit is not None:
+            return hit
+        plain: list[S] = []
+        queues: dict[str, list[S]] = {}
+        _collect(self._root, subject.split("."), 0, plain, queues)
+        result = Match(tuple(plain), tuple(tuple(m) for m in queues.values()))
+        if len(self._cache) >= _CACHE_MAX:
+            # Drop the oldest half; cheap and good enough for a hot working set.
+            for key in list(self._cache)[: _CACHE_MAX // 2]:
+                del self._cache[key]
+        self._cache[subject] = result
+        return result
+
+    def has_interest(self, subject: str) -> bool:
+        m = self.match(subject)
+        return bool(m.plain or m.queues)
+
+
+def _collect(
+    node: _Node[S], toks: list[str], i: int, plain: list[S], queues: dict[str, list[S]]
+) -> None:
+    if node.fwc is not None and i < len(toks):
+        _add(node.fwc, plain, queues)
+    if i == len(toks):
+        _add(node, plain, queues)
+        return
+    nxt = node.literal.get(toks[i])
+    if nxt is not None:
+        _collect(nxt, toks, i + 1, plain, queues)
+    if node.pwc is not None:
+        _collect(node.pwc, toks, i + 1, plain, queues)
+
+
+def _add(node: _Node[S], plain: list[S], queues: dict[str, list[S]]) -> None:
+    if node.plain:
+        plain.extend(node.plain)
+    for name, members in node.queues.items():
+        queues.setdefault(name, []).extend(members)

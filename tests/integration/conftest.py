@@ -1,0 +1,46 @@
+"""Servers on loopback for integration tests, driven by the real nats-py client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import nats
+import pytest
+
+from jetraft.config import parse_config
+from jetraft.server.server import Server
+
+ServerFactory = Callable[..., Awaitable[Server]]
+
+
+@pytest.fixture
+async def make_server() -> AsyncIterator[ServerFactory]:
+    """Start servers in the test's event loop from config text; port 0 picks a free port."""
+    started: list[Server] = []
+
+    async def make(conf: str = "", *, http: bool = False) -> Server:
+        text = "listen: 127.0.0.1:0\n" + ("http: 127.0.0.1:0\n" if http else "") + conf
+        server = Server(parse_config(text))
+        await server.start()
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        await server.stop()
+
+
+@pytest.fixture
+async def server(make_server: ServerFactory) -> Server:
+    return await make_server()
+
+
+def url(server: Server) -> str:
+    return f"nats://127.0.0.1:{server.client_port}"
+
+
+async def connect(server: Server, **kwargs: Any) -> nats.NATS:
+    kwargs.setdefault("allow_reconnect", False)
+    kwargs.setdefault("connect_timeout", 2)
+    return await nats.connect(url(server), **kwargs)

@@ -1,0 +1,172 @@
+"""Protocol violations get nats-server's -ERR text; the server stays up for everyone else."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import pytest
+
+from jetraft.server.server import Server
+
+from .conftest import connect
+
+
+class Raw:
+    """A bare TCP client for sending bytes no well-behaved client would send."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, server: Server, connect_line: bool = True) -> Raw:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.client_port)
+        raw = cls(reader, writer)
+        info = await raw.line()
+        assert info.startswith(b"INFO {")
+        if connect_line:
+            writer.write(b'CONNECT {"verbose":false,"headers":true}\r\nPING\r\n')
+            assert await raw.line() == b"PONG\r\n"
+        return raw
+
+    async def line(self) -> bytes:
+        return await asyncio.wait_for(self.reader.readline(), 5)
+
+    async def send(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def closed_by_server(self) -> bool:
+        rest = await asyncio.wait_for(self.reader.read(), 5)
+        return rest == b"" or self.reader.at_eof()
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [b"FOO bar\r\n", b"PUB\r\n", b"PUB foo bar baz qux\r\n", b"PUB foo x\r\n", b"\x00\xff\r\n"],
+)
+async def test_unknown_operation_closes_with_error(server: Server, garbage: bytes) -> None:
+    raw = await Raw.open(server)
+    await raw.send(garbage)
+    assert await raw.line() == b"-ERR 'Unknown Protocol Operation'\r\n"
+    assert await raw.closed_by_server()
+
+
+async def test_payload_must_end_with_crlf(server: Server) -> None:
+    raw = await Raw.open(server)
+    await raw.send(b"PUB foo 3\r\nabcdef\r\n")
+    assert await raw.line() == b"-ERR 'Unknown Protocol Operation'\r\n"
+    assert await raw.closed_by_server()
+
+
+async def test_max_payload_violation(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server("max_payload: 1024")
+    raw = await Raw.open(server)
+    await raw.send(b"PUB foo 2048\r\n")
+    assert await raw.line() == b"-ERR 'Maximum Payload Violation'\r\n"
+    assert await raw.closed_by_server()
+    # nats-py refuses oversized payloads itself, using max_payload from INFO.
+    nc = await connect(server)
+    assert nc.max_payload == 1024
+    with pytest.raises(nats.errors.MaxPayloadError):
+        await nc.publish("foo", b"x" * 2000)
+    await nc.close()
+
+
+async def test_max_control_line(server: Server) -> None:
+    raw = await Raw.open(server)
+    await raw.send(b"SUB " + b"a" * 5000 + b" 1\r\n")
+    assert await raw.line() == b"-ERR 'Maximum Control Line Exceeded'\r\n"
+    assert await raw.closed_by_server()
+
+
+async def test_invalid_subject_is_not_fatal(server: Server) -> None:
+    raw = await Raw.open(server)
+    await raw.send(b"SUB foo..bar 1\r\nPING\r\n")
+    assert await raw.line() == b"-ERR 'Invalid Subject'\r\n"
+    assert await raw.line() == b"PONG\r\n"
+
+
+async def test_ping_pong_and_verbose(server: Server) -> None:
+    raw = await Raw.open(server, connect_line=False)
+    await raw.send(b'CONNECT {"verbose":true}\r\nSUB a 1\r\nPUB a 2\r\nhi\r\nPING\r\n')
+    lines = [await raw.line() for _ in range(5)]
+    assert lines[:3] == [b"+OK\r\n"] * 3
+    assert lines[3] == b"MSG a 1 2\r\n"
+    assert await raw.line() == b"hi\r\n"
+    assert await raw.line() == b"PONG\r\n"
+
+
+async def test_no_responders_wire_format(server: Server) -> None:
+    raw = await Raw.open(server, connect_line=False)
+    await raw.send(
+        b'CONNECT {"headers":true,"no_responders":true}\r\n'
+        b"SUB _INBOX.x.* 7\r\nPUB svc _INBOX.x.1 0\r\n\r\n"
+    )
+    head = await raw.line()
+    n = 32 + len("svc")
+    assert head == b"HMSG _INBOX.x.1 7 %d %d\r\n" % (n, n)
+    block = await asyncio.wait_for(raw.reader.readexactly(n + 2), 5)
+    assert block == b"NATS/1.0 503\r\nNats-Subject: svc\r\n\r\n\r\n"
+
+
+async def test_garbage_client_does_not_hurt_others(server: Server) -> None:
+    nc = await connect(server)
+    sub = await nc.subscribe("steady")
+    for _ in range(20):
+        raw = await Raw.open(server)
+        await raw.send(b"\x16\x03\x01 nonsense that is not NATS\r\n")
+        assert await raw.closed_by_server()
+    await nc.publish("steady", b"still here")
+    assert (await sub.next_msg(timeout=2)).data == b"still here"
+    fresh = await connect(server)
+    assert fresh.is_connected
+    await fresh.close()
+    await nc.close()
+
+
+async def test_stale_connection_is_closed(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server('ping_interval: "100ms"\nping_max: 2')
+    raw = await Raw.open(server)
+    # Never answer the server's PINGs.
+    seen = []
+    while True:
+        line = await raw.line()
+        if not line:
+            break
+        seen.append(line)
+        if line.startswith(b"-ERR"):
+            break
+    assert seen.count(b"PING\r\n") == 2
+    assert seen[-1] == b"-ERR 'Stale Connection'\r\n"
+    assert await raw.closed_by_server()
+
+
+async def test_slow_consumer_is_disconnected_alone(make_server) -> None:  # type: ignore[no-untyped-def]
+    server = await make_server("max_pending: 65536")
+    # A subscriber that never reads its socket.
+    slow = await Raw.open(server)
+    await slow.send(b"SUB flood 1\r\nPING\r\n")
+    assert await slow.line() == b"PONG\r\n"
+    healthy = await connect(server)
+    got = 0
+    done = asyncio.Event()
+
+    async def count(msg: nats.aio.msg.Msg) -> None:
+        nonlocal got
+        got += 1
+        if got == 2000:
+            done.set()
+
+    await healthy.subscribe("flood", cb=count)
+    pub = await connect(server)
+    payload = b"x" * 1024
+    for _ in range(2000):
+        await pub.publish("flood", payload)
+    await pub.flush()
+    await asyncio.wait_for(done.wait(), 10)
+    assert server.stats.slow_consumers >= 1
+    assert await slow.closed_by_server()
+    assert healthy.is_connected and pub.is_connected
+    await healthy.close()
+    await pub.close()

@@ -1,0 +1,115 @@
+"""TLS client connections and the monitoring endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trustme
+
+from jetraft.server.server import Server
+
+from .conftest import ServerFactory, connect
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> dict[str, Any]:
+    ca = trustme.CA()
+    server_cert = ca.issue_cert("127.0.0.1", "localhost")
+    client_cert = ca.issue_cert("client@example.com")
+    paths = {"ca": tmp_path / "ca.pem", "cert": tmp_path / "s.pem", "key": tmp_path / "s.key"}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    server_cert.cert_chain_pems[0].write_to_path(str(paths["cert"]))
+    server_cert.private_key_pem.write_to_path(str(paths["key"]))
+    return {"ca": ca, "client": client_cert, **{k: str(v) for k, v in paths.items()}}
+
+
+async def test_tls_required(make_server: ServerFactory, certs: dict[str, Any]) -> None:
+    server = await make_server(
+        f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}" }}'
+    )
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    nc = await connect(server, tls=ctx)
+    sub = await nc.subscribe("secure")
+    await nc.publish("secure", b"over tls")
+    assert (await sub.next_msg(timeout=2)).data == b"over tls"
+    await nc.close()
+    # A plain client is told TLS is required (nats-py refuses before CONNECT).
+    with pytest.raises(Exception):
+        await connect(server)
+
+
+async def test_tls_verify_needs_client_cert(
+    make_server: ServerFactory, certs: dict[str, Any]
+) -> None:
+    server = await make_server(
+        f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}",'
+        f' ca_file: "{certs["ca"]}", verify: true }}'
+    )
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    certs["client"].configure_cert(ctx)
+    nc = await connect(server, tls=ctx)
+    assert nc.is_connected
+    await nc.close()
+    bare = ssl.create_default_context(cafile=certs["ca"])
+    with pytest.raises(Exception):
+        await connect(server, tls=bare)
+
+
+async def _http_get(port: int, path: str) -> tuple[int, Any]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode())
+    raw = await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+    head, _, body = raw.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body)
+
+
+async def test_monitoring_endpoints(make_server: ServerFactory) -> None:
+    server: Server = await make_server(http=True)
+    port = server.monitor.port
+    nc = await connect(server, name="watcher")
+    sub = await nc.subscribe("m.>")
+    for i in range(10):
+        await nc.publish("m.x", b"12345")
+    await nc.flush()
+    for _ in range(10):
+        await sub.next_msg(timeout=2)
+
+    status, health = await _http_get(port, "/healthz")
+    assert (status, health) == (200, {"status": "ok"})
+
+    status, varz = await _http_get(port, "/varz")
+    assert status == 200
+    assert varz["server_id"] == server.server_id
+    assert varz["connections"] == 1
+    assert varz["in_msgs"] == 10 and varz["in_bytes"] == 50
+    assert varz["out_msgs"] == 10 and varz["out_bytes"] == 50
+    assert varz["subscriptions"] == 1
+    assert varz["mem"] > 0 and "cpu" in varz and varz["uptime"].endswith("s")
+
+    status, connz = await _http_get(port, "/connz?subs=1")
+    assert status == 200 and connz["num_connections"] == 1
+    conn = connz["connections"][0]
+    assert conn["name"] == "watcher" and conn["lang"] == "python3"
+    assert conn["in_msgs"] == 10 and conn["out_msgs"] == 10
+    assert conn["subscriptions_list"] == ["m.>"]
+
+    status, subsz = await _http_get(port, "/subsz")
+    assert status == 200 and subsz["num_subscriptions"] == 1
+
+    await nc.close()
+    for _ in range(100):
+        status, connz = await _http_get(port, "/connz?state=closed")
+        if connz["total"] == 1:
+            break
+        await asyncio.sleep(0.01)
+    assert connz["connections"][0]["name"] == "watcher"
+    status, _ = await _http_get(port, "/nope")
+    assert status == 404
+    status, _ = await _http_get(port, "/connz?sort=bogus")
+    assert status == 400

@@ -1,0 +1,133 @@
+"""The sans-I/O client parser: every operation, split at every byte, and fuzzed."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetraft.protocol.client import (
+    PING,
+    PONG,
+    ClientParser,
+    Connect,
+    ProtocolError,
+    Pub,
+    Sub,
+    Unsub,
+    encode_msg,
+)
+
+STREAM = (
+    b'CONNECT {"verbose":false,"echo":true}\r\n'
+    b"PUB foo 5\r\nhello\r\n"
+    b"pub foo.bar _INBOX.1 0\r\n\r\n"
+    b"HPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    b"HPUB h r 18 18\r\nNATS/1.0\r\nA: b\r\n\r\n\r\n"
+    b"SUB foo.* 1\r\nsub bar q 2\r\nUNSUB 1\r\nUNSUB 2 10\r\nPING\r\npong\r\n"
+    b"PUB\ttabbed  3\r\nabc\r\n"
+)
+EXPECTED = [
+    Connect({"verbose": False, "echo": True}),
+    Pub("foo", None, None, b"hello"),
+    Pub("foo.bar", "_INBOX.1", None, b""),
+    Pub("h", None, b"NATS/1.0\r\n\r\n", b"hi"),
+    Pub("h", "r", b"NATS/1.0\r\nA: b\r\n\r\n", b""),
+    Sub("foo.*", None, "1"),
+    Sub("bar", "q", "2"),
+    Unsub("1", None),
+    Unsub("2", 10),
+    PING,
+    PONG,
+    Pub("tabbed", None, None, b"abc"),
+]
+
+
+def test_whole_stream() -> None:
+    assert ClientParser().feed(STREAM) == EXPECTED
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
+def test_any_split_gives_the_same_events(step: int) -> None:
+    parser = ClientParser()
+    events = []
+    for i in range(0, len(STREAM), step):
+        events.extend(parser.feed(STREAM[i : i + step]))
+    assert events == EXPECTED
+
+
+def test_every_split_point() -> None:
+    for cut in range(len(STREAM) + 1):
+        parser = ClientParser()
+        assert parser.feed(STREAM[:cut]) + parser.feed(STREAM[cut:]) == EXPECTED
+
+
+@pytest.mark.parametrize(
+    ("data", "text"),
+    [
+        (b"PUB foo 2000\r\n", "Maximum Payload Violation"),
+        (b"NOPE\r\n", "Unknown Protocol Operation"),
+        (b"PUB foo\r\n", "Unknown Protocol Operation"),
+        (b"PUB foo -1\r\n", "Unknown Protocol Operation"),
+        (b"HPUB foo 10 5\r\n", "Unknown Protocol Operation"),
+        (b"PUB foo 1\r\nab\r\n", "Unknown Protocol Operation"),
+        (b"CONNECT {not json}\r\n", "Unknown Protocol Operation"),
+        (b"UNSUB\r\n", "Unknown Protocol Operation"),
+        (b"SUB a\r\n", "Unknown Protocol Operation"),
+        (b"PINGX\r\n", "Unknown Protocol Operation"),
+        (b"SUB " + b"x" * 200, "Maximum Control Line Exceeded"),
+    ],
+)
+def test_violations(data: bytes, text: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        ClientParser(max_control_line=128, max_payload=1024).feed(data)
+    assert info.value.text == text
+
+
+def test_body_split_across_many_chunks() -> None:
+    payload = bytes(range(256)) * 100
+    frame = b"PUB big %d\r\n" % len(payload) + payload + b"\r\nPING\r\n"
+    parser = ClientParser(max_payload=1 << 20)
+    events = []
+    for i in range(0, len(frame), 1000):
+        events.extend(parser.feed(frame[i : i + 1000]))
+    assert events == [Pub("big", None, None, payload), PING]
+
+
+def test_encode_msg_frames() -> None:
+    assert encode_msg("a", "1", None, b"hi") == b"MSG a 1 2\r\nhi\r\n"
+    assert encode_msg("a", "1", "r", b"") == b"MSG a 1 r 0\r\n\r\n"
+    assert encode_msg("a", "1", None, b"x", b"NATS/1.0\r\n\r\n") == (
+        b"HMSG a 1 12 13\r\nNATS/1.0\r\n\r\nx\r\n"
+    )
+
+
+def _feed_all(chunks: list[bytes]) -> None:
+    parser = ClientParser(max_control_line=256, max_payload=4096)
+    try:
+        for chunk in chunks:
+            for ev in parser.feed(chunk):
+                assert isinstance(ev, (Connect, Pub, Sub, Unsub, type(PING), type(PONG)))
+    except ProtocolError as exc:
+        assert exc.text in {
+            "Unknown Protocol Operation",
+            "Maximum Payload Violation",
+            "Maximum Control Line Exceeded",
+        }
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=8))
+def test_random_bytes_only_raise_protocol_errors(chunks: list[bytes]) -> None:
+    _feed_all(chunks)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.integers(0, len(STREAM) - 1),
+    st.binary(min_size=1, max_size=8),
+    st.integers(1, 40),
+)
+def test_mutated_protocol_only_raises_protocol_errors(pos: int, junk: bytes, step: int) -> None:
+    mutated = STREAM[:pos] + junk + STREAM[pos + len(junk) :]
+    _feed_all([mutated[i : i + step] for i in range(0, len(mutated), step)])
