@@ -16,11 +16,11 @@ ServerFactory = Callable[..., Awaitable[Server]]
 
 @pytest.fixture
 async def make_server() -> AsyncIterator[ServerFactory]:
-    """Start servers in the test's event loop from config text; port 0 picks a free port."""
+    """Start servers in the test's event loop from config text; port -1 picks a free port, as in nats-server."""
     started: list[Server] = []
 
     async def make(conf: str = "", *, http: bool = False) -> Server:
-        text = "listen: 127.0.0.1:0\n" + ("http: 127.0.0.1:0\n" if http else "") + conf
+        text = "listen: 127.0.0.1:-1\n" + ("http: 127.0.0.1:-1\n" if http else "") + conf
         server = Server(parse_config(text))
         await server.start()
         started.append(server)

@@ -1,15 +1,15 @@
 """The client side of the NATS wire protocol, sans-I/O.
 
-``ClientParser.feed(data)`` turns bytes a client sent into events; the encoders build what the
-server writes back. Nothing here touches a socket or a clock, so tests drive it with plain bytes.
+``ClientParser(handler).feed(data)`` turns bytes a client sent into calls on a handler (one
+method per operation); the encoders build what the server writes back. Nothing here touches a socket or a clock, so tests drive it with plain bytes.
 
-Events are NamedTuples: immutable like frozen dataclasses but built at tuple speed, which matters
-on the publish path where one event is made per message.
+The handler interface keeps the publish path free of per-message objects; ``EventCollector``
+turns the calls into NamedTuple events for tests and tools.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import msgspec
 
@@ -64,7 +64,50 @@ Event = Connect | Pub | Sub | Unsub | Ping | Pong
 PING = Ping()
 PONG = Pong()
 
+
+class Handler(Protocol):
+    """What the parser calls for each operation, in order.
+
+    ``on_connect`` may return True to pause the parser (authentication continues elsewhere);
+    the rest of the input stays buffered until ``ClientParser.resume()``.
+    """
+
+    def on_connect(self, options: dict[str, Any]) -> bool: ...
+    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None: ...
+    def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
+    def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
+    def on_ping(self) -> None: ...
+    def on_pong(self) -> None: ...
+
+
+class EventCollector:
+    """A Handler that records events; tests and tools use it to see what was parsed."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def on_connect(self, options: dict[str, Any]) -> bool:
+        self.events.append(Connect(options))
+        return False
+
+    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
+        self.events.append(Pub(subject, reply, hdr, payload))
+
+    def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
+        self.events.append(Sub(subject, queue, sid))
+
+    def on_unsub(self, sid: str, max_msgs: int | None) -> None:
+        self.events.append(Unsub(sid, max_msgs))
+
+    def on_ping(self) -> None:
+        self.events.append(PING)
+
+    def on_pong(self) -> None:
+        self.events.append(PONG)
+
+
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
+_PUB_CACHE_MAX = 1024
 
 
 def _size(tok: bytes) -> int:
@@ -74,175 +117,209 @@ def _size(tok: bytes) -> int:
     return int(tok)
 
 
+def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int, int]:
+    """(subject, reply, total size, header size or -1) from the arguments of PUB/HPUB."""
+    args = args_raw.split()
+    hdr_len = -1
+    try:
+        if with_headers:
+            if len(args) == 3:
+                subj, reply, hdr_tok, size_tok = args[0], None, args[1], args[2]
+            elif len(args) == 4:
+                subj, reply, hdr_tok, size_tok = args[0], args[1], args[2], args[3]
+            else:
+                raise ProtocolError(ERR_UNKNOWN_OP)
+            hdr_len = _size(hdr_tok)
+        elif len(args) == 2:
+            subj, reply, size_tok = args[0], None, args[1]
+        elif len(args) == 3:
+            subj, reply, size_tok = args[0], args[1], args[2]
+        else:
+            raise ProtocolError(ERR_UNKNOWN_OP)
+        total = _size(size_tok)
+        subject = subj.decode()
+        reply_s = reply.decode() if reply is not None else None
+    except UnicodeDecodeError:
+        raise ProtocolError(ERR_UNKNOWN_OP) from None
+    if hdr_len > total:
+        raise ProtocolError(ERR_UNKNOWN_OP)
+    return subject, reply_s, total, hdr_len
+
+
 class ClientParser:
-    """Incremental parser for what a client sends to the server."""
+    """Incremental parser for what a client sends to the server.
+
+    Publishing clients repeat the same few control lines (``PUB subject reply size``), so their
+    parsed form is cached by the raw line: the hot path is a find, a dict hit and two slices.
+    """
 
     __slots__ = (
         "_buf",
         "_chunks",
         "_chunks_len",
+        "_handler",
         "_max_control",
         "_max_payload",
         "_need",
+        "_paused",
         "_pending",
+        "_pub_cache",
     )
 
     def __init__(
         self,
+        handler: Handler,
         max_control_line: int = DEFAULT_MAX_CONTROL_LINE,
         max_payload: int = DEFAULT_MAX_PAYLOAD,
     ) -> None:
+        self._handler = handler
         self._max_control = max_control_line
         self._max_payload = max_payload
         self._buf = b""
-        # A publish whose body has not fully arrived: (body size, subject, reply, header size or
-        # -1), and how many bytes the chunks must reach before it can be finished.
-        self._pending: tuple[int, str, str | None, int] | None = None
+        # A publish whose body has not fully arrived, and how many bytes the chunks must reach.
+        self._pending: tuple[str, str | None, int, int] | None = None
         self._need = 0
         self._chunks: list[bytes] = []
         self._chunks_len = 0
+        self._paused = False
+        self._pub_cache: dict[bytes, tuple[str, str | None, int, int]] = {}
 
-    def feed(self, data: bytes) -> list[Event]:
-        """Consume bytes; return every complete event. Raises ProtocolError on a violation."""
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def resume(self) -> None:
+        """Continue after ``on_connect`` paused: parse what was buffered meanwhile."""
+        self._paused = False
+        self.feed(b"")
+
+    def feed(self, data: bytes) -> None:
+        """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation."""
+        if self._paused:
+            self._buf += data
+            return
         if self._pending is not None:
             self._chunks.append(data)
             self._chunks_len += len(data)
             if self._chunks_len < self._need:
-                return []
+                return
             data = b"".join(self._chunks)
             self._chunks.clear()
             self._chunks_len = 0
-        elif self._buf:
-            data = self._buf + data
-        self._buf = b""
-        events: list[Event] = []
-        pos = 0
+            pos = self._finish_body(data, 0)
+        else:
+            if self._buf:
+                data = self._buf + data
+                self._buf = b""
+            pos = 0
         n = len(data)
-        if self._pending is not None:
-            pos = self._finish_body(data, 0, events)
+        handler = self._handler
+        cache = self._pub_cache
+        max_control = self._max_control
         while pos < n:
             eol = data.find(b"\n", pos)
             if eol < 0:
-                if n - pos > self._max_control:
+                if n - pos > max_control:
                     raise ProtocolError(ERR_MAX_CONTROL_LINE)
                 self._buf = data[pos:]
-                break
-            if eol - pos > self._max_control:
+                return
+            if eol - pos > max_control:
                 raise ProtocolError(ERR_MAX_CONTROL_LINE)
             end = eol - 1 if eol > pos and data[eol - 1] == 13 else eol
             line = data[pos:end]
             pos = eol + 1
-            op = line[:4].upper()
-            if op == b"PUB " or op == b"PUB\t":
-                self._start_pub(line[4:], False)
-            elif op == b"HPUB" and line[4:5] in (b" ", b"\t"):
-                self._start_pub(line[5:], True)
-            elif op == b"SUB " or op == b"SUB\t":
-                events.append(self._sub(line[4:]))
-                continue
-            elif op == b"PING":
-                if line[4:].strip():
-                    raise ProtocolError(ERR_UNKNOWN_OP)
-                events.append(PING)
-                continue
-            elif op == b"PONG":
-                if line[4:].strip():
-                    raise ProtocolError(ERR_UNKNOWN_OP)
-                events.append(PONG)
-                continue
-            else:
-                events.append(self._other(line))
-                continue
+            parsed = cache.get(line)
+            if parsed is None:
+                op = line[:4].upper()
+                if op == b"PUB " or op == b"PUB\t":
+                    parsed = _pub_args(line[4:], False)
+                elif op == b"HPUB" and line[4:5] in (b" ", b"\t"):
+                    parsed = _pub_args(line[5:], True)
+                else:
+                    if self._other(line, op):
+                        self._paused = True
+                        self._buf = data[pos:]
+                        return
+                    continue
+                if parsed[2] > self._max_payload:
+                    raise ProtocolError(ERR_MAX_PAYLOAD)
+                if len(cache) >= _PUB_CACHE_MAX:
+                    cache.clear()
+                cache[line] = parsed
             # A publish: its body follows the control line.
-            pos = self._finish_body(data, pos, events)
-        return events
+            subject, reply, total, hdr_len = parsed
+            body_end = pos + total
+            if n < body_end + 2:
+                self._pending = parsed
+                self._need = total + 2
+                rest = data[pos:]
+                self._chunks = [rest]
+                self._chunks_len = len(rest)
+                return
+            if data[body_end] != 13 or data[body_end + 1] != 10:
+                raise ProtocolError(ERR_UNKNOWN_OP)
+            if hdr_len < 0:
+                handler.on_pub(subject, reply, None, data[pos:body_end])
+            else:
+                hdr_end = pos + hdr_len
+                handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:body_end])
+            pos = body_end + 2
 
-    def _finish_body(self, data: bytes, pos: int, events: list[Event]) -> int:
+    def _finish_body(self, data: bytes, pos: int) -> int:
         assert self._pending is not None
-        total, subject, reply, hdr_len = self._pending
+        subject, reply, total, hdr_len = self._pending
         end = pos + total
-        if len(data) < end + 2:
-            # Wait for the rest; keep what we have as the first chunk.
-            rest = data[pos:]
-            self._chunks = [rest]
-            self._chunks_len = len(rest)
-            self._need = total + 2
-            return len(data)
         if data[end : end + 2] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
         if hdr_len >= 0:
-            headers = data[pos : pos + hdr_len]
-            events.append(Pub(subject, reply, headers, data[pos + hdr_len : end]))
+            self._handler.on_pub(subject, reply, data[pos : pos + hdr_len], data[pos + hdr_len : end])
         else:
-            events.append(Pub(subject, reply, None, data[pos:end]))
+            self._handler.on_pub(subject, reply, None, data[pos:end])
         return end + 2
 
-    def _start_pub(self, args_raw: bytes, with_headers: bool) -> None:
-        args = args_raw.split()
-        hdr_len = -1
-        try:
-            if with_headers:
-                if len(args) == 3:
-                    subj, reply, hdr_tok, size_tok = args[0], None, args[1], args[2]
-                elif len(args) == 4:
-                    subj, reply, hdr_tok, size_tok = args[0], args[1], args[2], args[3]
-                else:
-                    raise ProtocolError(ERR_UNKNOWN_OP)
-                hdr_len = _size(hdr_tok)
-            elif len(args) == 2:
-                subj, reply, size_tok = args[0], None, args[1]
-            elif len(args) == 3:
-                subj, reply, size_tok = args[0], args[1], args[2]
-            else:
+    def _other(self, line: bytes, op4: bytes) -> bool:
+        """Every operation but PUB/HPUB. Returns True when the handler asked to pause."""
+        h = self._handler
+        if op4 == b"PING" or op4 == b"PONG":
+            if line[4:].strip():
                 raise ProtocolError(ERR_UNKNOWN_OP)
-            total = _size(size_tok)
-            subject = subj.decode()
-            reply_s = reply.decode() if reply is not None else None
-        except UnicodeDecodeError:
-            raise ProtocolError(ERR_UNKNOWN_OP) from None
-        if total > self._max_payload:
-            raise ProtocolError(ERR_MAX_PAYLOAD)
-        if hdr_len > total:
-            raise ProtocolError(ERR_UNKNOWN_OP)
-        self._pending = (total, subject, reply_s, hdr_len)
-
-    @staticmethod
-    def _sub(args_raw: bytes) -> Sub:
-        args = args_raw.split()
-        try:
-            if len(args) == 2:
-                return Sub(args[0].decode(), None, args[1].decode())
-            if len(args) == 3:
-                return Sub(args[0].decode(), args[1].decode(), args[2].decode())
-        except UnicodeDecodeError:
-            pass
-        raise ProtocolError(ERR_UNKNOWN_OP)
-
-    @staticmethod
-    def _other(line: bytes) -> Event:
+            if op4 == b"PING":
+                h.on_ping()
+            else:
+                h.on_pong()
+            return False
         op, _, rest = line.strip().partition(b" ")
         op = op.upper()
+        if op == b"SUB" or op4 == b"SUB\t":
+            args = (rest if op == b"SUB" else line[4:]).split()
+            try:
+                if len(args) == 2:
+                    h.on_sub(args[0].decode(), None, args[1].decode())
+                    return False
+                if len(args) == 3:
+                    h.on_sub(args[0].decode(), args[1].decode(), args[2].decode())
+                    return False
+            except UnicodeDecodeError:
+                pass
+            raise ProtocolError(ERR_UNKNOWN_OP)
         if op == b"CONNECT":
             try:
-                return Connect(_json_decoder.decode(rest.strip()))
+                options = _json_decoder.decode(rest.strip())
             except (msgspec.DecodeError, ValueError):
                 raise ProtocolError(ERR_UNKNOWN_OP) from None
+            return h.on_connect(options)
         if op == b"UNSUB":
             args = rest.split()
             try:
                 if len(args) == 1:
-                    return Unsub(args[0].decode(), None)
+                    h.on_unsub(args[0].decode(), None)
+                    return False
                 if len(args) == 2:
-                    return Unsub(args[0].decode(), _size(args[1]))
+                    h.on_unsub(args[0].decode(), _size(args[1]))
+                    return False
             except UnicodeDecodeError:
                 pass
-            raise ProtocolError(ERR_UNKNOWN_OP)
-        if op in (b"PING", b"PONG") and not rest.strip():
-            return PING if op == b"PING" else PONG
-        if op in (b"SUB", b"PUB", b"HPUB"):
-            # Reached only for a tab-separated form like "PUB\tfoo 1" handled above, or garbage.
-            raise ProtocolError(ERR_UNKNOWN_OP)
         raise ProtocolError(ERR_UNKNOWN_OP)
 
 

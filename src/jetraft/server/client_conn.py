@@ -38,7 +38,7 @@ class ClientConnection(asyncio.Protocol):
         self.server = server
         self.cid = cid
         opts = server.config
-        self.parser = proto.ClientParser(opts.max_control_line, opts.max_payload)
+        self.parser = proto.ClientParser(self, opts.max_control_line, opts.max_payload)
         self.transport: asyncio.Transport | None = None
         self.account: Account = server.auth.global_account()
         self.user: User | None = None
@@ -62,8 +62,11 @@ class ClientConnection(asyncio.Protocol):
         self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
         self._out: list[bytes] = []
         self._out_bytes = 0
+        self._max_pending = opts.max_pending
+        self._call_soon = server.loop.call_soon
+        self._route = server.route_message
+        self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self._flush_scheduled = False
-        self._held: list[proto.Event] | None = None  # events waiting for a slow auth check
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
         self._auth_timer: asyncio.TimerHandle | None = None
         self.reason = ""
@@ -81,19 +84,15 @@ class ClientConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
+        self.last_activity = time.time()
         try:
-            events = self.parser.feed(data)
+            self.parser.feed(data)
         except proto.ProtocolError as exc:
             self.fatal(exc.text)
-            return
-        self.last_activity = time.time()
-        if self._held is not None:
-            self._held.extend(events)
-            return
-        self._process(events)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._plain = False
         self.server.client_closed(self)
 
     # --- writing ---------------------------------------------------------------------------
@@ -106,8 +105,8 @@ class ClientConnection(asyncio.Protocol):
         self._out_bytes += len(frame)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.server.loop.call_soon(self.flush)
-        if self._out_bytes > self.server.config.max_pending:
+            self._call_soon(self.flush)
+        if self._out_bytes > self._max_pending:
             self.slow_consumer()
 
     def flush(self) -> None:
@@ -118,7 +117,7 @@ class ClientConnection(asyncio.Protocol):
         self._out.clear()
         self._out_bytes = 0
         self.transport.write(data)
-        if self.transport.get_write_buffer_size() > self.server.config.max_pending:
+        if self.transport.get_write_buffer_size() > self._max_pending:
             self.slow_consumer()
 
     def pending_bytes(self) -> int:
@@ -149,6 +148,7 @@ class ClientConnection(asyncio.Protocol):
         self.reason = self.reason or reason
         self.flush()
         self.closed = True
+        self._plain = False
         if self._auth_timer is not None:
             self._auth_timer.cancel()
         if self.transport is not None:
@@ -157,32 +157,43 @@ class ClientConnection(asyncio.Protocol):
 
     # --- events ----------------------------------------------------------------------------
 
-    def _process(self, events: list[proto.Event]) -> None:
-        for i, ev in enumerate(events):
-            if self.closed:
-                return
-            kind = type(ev)
-            if kind is proto.Pub:
-                if not self.connected and self.server.auth.required:
-                    self.fatal("Authorization Violation")
-                    return
-                self._pub(ev)  # type: ignore[arg-type]
-            elif kind is proto.Connect:
-                if self._connect(ev.options):  # type: ignore[union-attr]
-                    # A bcrypt check is running; everything after CONNECT waits for it.
-                    self._held = list(events[i + 1 :])
-                    return
-            elif not self.connected and self.server.auth.required:
-                self.fatal("Authorization Violation")
-                return
-            elif kind is proto.Sub:
-                self._sub(ev)  # type: ignore[arg-type]
-            elif kind is proto.Unsub:
-                self._unsub(ev)  # type: ignore[arg-type]
-            elif kind is proto.Ping:
-                self.enqueue(proto.PONG_FRAME)
-            elif kind is proto.Pong:
-                self.pings_out = 0
+    # The parser calls these (jetraft.protocol.client.Handler). A fatal violation raises
+    # ProtocolError, which stops the parser and closes the connection in data_received.
+
+    def _require_auth(self) -> None:
+        if not self.connected and self.server.auth.required:
+            raise proto.ProtocolError("Authorization Violation")
+
+    def on_connect(self, options: dict[str, Any]) -> bool:
+        return self._connect(options)
+
+    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
+        self.in_msgs += 1
+        self.in_bytes += len(payload) if hdr is None else len(payload) + len(hdr)
+        if self._plain and hdr is None:
+            # The common case: an authenticated client with no permissions, pedantic or verbose.
+            self._route(self, self.account, subject, reply, None, payload)
+            return
+        if self.closed:
+            return
+        if not self.connected:
+            self._require_auth()
+        self._pub(subject, reply, hdr, payload)
+
+    def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
+        self._require_auth()
+        self._sub(subject, queue, sid)
+
+    def on_unsub(self, sid: str, max_msgs: int | None) -> None:
+        self._require_auth()
+        self._unsub(sid, max_msgs)
+
+    def on_ping(self) -> None:
+        self._require_auth()
+        self.enqueue(proto.PONG_FRAME)
+
+    def on_pong(self) -> None:
+        self.pings_out = 0
 
     def _connect(self, o: dict[str, Any]) -> bool:
         """Apply a CONNECT. Returns True when authentication continues in a thread."""
@@ -190,23 +201,24 @@ class ClientConnection(asyncio.Protocol):
             return False
         protocol = o.get("protocol", 0)
         if not isinstance(protocol, int) or not 0 <= protocol <= 1:
-            self.fatal("invalid client protocol")
-            return False
+            raise proto.ProtocolError("invalid client protocol")
         self.verbose = bool(o.get("verbose", False))
         self.pedantic = bool(o.get("pedantic", False))
         self.echo = bool(o.get("echo", True))
         self.headers = bool(o.get("headers", False))
         self.no_responders = bool(o.get("no_responders", False))
         if self.no_responders and not self.headers:
-            self.fatal("no responders requires headers support")
-            return False
+            raise proto.ProtocolError("no responders requires headers support")
         self.name = str(o.get("name", ""))
         self.lang = str(o.get("lang", ""))
         self.version = str(o.get("version", ""))
         auth = self.server.auth
         if auth.needs_slow_check(o):
+            # bcrypt takes ~0.2 s: check in a thread, park the parser, stop reading meanwhile.
             task = self.server.loop.run_in_executor(None, auth.authenticate, o)
             task.add_done_callback(self._auth_done)
+            if self.transport is not None:
+                self.transport.pause_reading()
             return True
         self._bind(auth.authenticate(o))
         return False
@@ -214,10 +226,15 @@ class ClientConnection(asyncio.Protocol):
     def _auth_done(self, fut: asyncio.Future[User | Account | None]) -> None:
         if self.closed:
             return
-        held, self._held = self._held or [], None
         self._bind(None if fut.exception() else fut.result())
-        if not self.closed:
-            self._process(held)
+        if self.closed:
+            return
+        if self.transport is not None:
+            self.transport.resume_reading()
+        try:
+            self.parser.resume()
+        except proto.ProtocolError as exc:
+            self.fatal(exc.text)
 
     def _bind(self, who: User | Account | None) -> None:
         if who is None:
@@ -231,6 +248,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             self.account = who
         self.connected = True
+        self._plain = self.perms is None and not self.pedantic and not self.verbose
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
@@ -248,11 +266,7 @@ class ClientConnection(asyncio.Protocol):
 
     # --- PUB -------------------------------------------------------------------------------
 
-    def _pub(self, ev: proto.Pub) -> None:
-        subject = ev.subject
-        size = len(ev.payload) + (len(ev.headers) if ev.headers else 0)
-        self.in_msgs += 1
-        self.in_bytes += size
+    def _pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         if self.pedantic and not is_valid_subject(subject):
             self.send_err("Invalid Publish Subject")
             return
@@ -261,11 +275,10 @@ class ClientConnection(asyncio.Protocol):
             if not perms.publish.permits_publish(subject) and not self._response_ok(subject):
                 self.send_err(f'Permissions Violation for Publish to "{subject}"')
                 return
-        if ev.headers is not None and not self.headers:
-            # HPUB from a client that did not announce headers: nats-server treats it as an error.
-            self.fatal(proto.ERR_UNKNOWN_OP)
-            return
-        self.server.route_message(self, self.account, subject, ev.reply, ev.headers, ev.payload)
+        if hdr is not None and not self.headers:
+            # HPUB from a client that did not announce headers support.
+            raise proto.ProtocolError(proto.ERR_UNKNOWN_OP)
+        self.server.route_message(self, self.account, subject, reply, hdr, payload)
         if self.verbose:
             self.enqueue(proto.OK_FRAME)
 
@@ -286,64 +299,85 @@ class ClientConnection(asyncio.Protocol):
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:
-        """Write one message for ``sub``. Returns False when the message was filtered out."""
-        perms = self.perms
-        if perms is not None:
-            if perms.subscribe is not None and perms.subscribe.delivery_denied(
-                sub.subject, subject
-            ):
-                return False
-            if reply and perms.responses_max:
-                expires = time.time_ns() + perms.responses_expires_ns
-                self._resp_allowed[reply] = [
-                    perms.responses_max,
-                    expires if perms.responses_expires_ns else 0,
-                ]
-        if hdr:
+        """Write one message for ``sub``. Returns False when the message was filtered out.
+
+        This runs once per message per subscriber: keep it flat.
+        """
+        if self.closed:
+            return False
+        if self.perms is not None and not self._deliver_permitted(sub, subject, reply):
+            return False
+        out = self._out
+        if not out and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._call_soon(self.flush)
+        if hdr is None:
+            size = len(data)
+            if reply is None:
+                out.append(f"MSG {subject} {sub.sid} {size}\r\n".encode())
+            else:
+                out.append(f"MSG {subject} {sub.sid} {reply} {size}\r\n".encode())
+        else:
             if not self.headers:
                 return False
-            head = proto.hmsg_head(subject, sub.sid, reply, len(hdr), len(hdr) + len(data))
-            self.enqueue(head + hdr + data + b"\r\n")
-        else:
-            head = proto.msg_head(subject, sub.sid, reply, len(data))
-            self.enqueue(head + data + b"\r\n")
+            size = len(hdr) + len(data)
+            out.append(proto.hmsg_head(subject, sub.sid, reply, len(hdr), size))
+            out.append(hdr)
+        out.append(data)
+        out.append(b"\r\n")
+        self._out_bytes += size
         self.out_msgs += 1
-        self.out_bytes += len(data) + (len(hdr) if hdr else 0)
+        self.out_bytes += size
+        if self._out_bytes > self._max_pending:
+            self.slow_consumer()
         sub.delivered += 1
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self.remove_sub(sub)
         return True
 
+    def _deliver_permitted(self, sub: Subscription, subject: str, reply: str | None) -> bool:
+        perms = self.perms
+        assert perms is not None
+        if perms.subscribe is not None and perms.subscribe.delivery_denied(sub.subject, subject):
+            return False
+        if reply and perms.responses_max:
+            expires = time.time_ns() + perms.responses_expires_ns
+            self._resp_allowed[reply] = [
+                perms.responses_max,
+                expires if perms.responses_expires_ns else 0,
+            ]
+        return True
+
     # --- SUB / UNSUB -----------------------------------------------------------------------
 
-    def _sub(self, ev: proto.Sub) -> None:
-        if not is_valid_filter(ev.subject) or (ev.queue is not None and " " in ev.queue):
+    def _sub(self, subject: str, queue: str | None, sid: str) -> None:
+        if not is_valid_filter(subject):
             self.send_err("Invalid Subject")
             return
         perms = self.perms
         if perms is not None and perms.subscribe is not None:
-            if not perms.subscribe.permits_subscribe(ev.subject):
-                text = f'Permissions Violation for Subscription to "{ev.subject}"'
-                if ev.queue:
-                    text += f' using queue "{ev.queue}"'
+            if not perms.subscribe.permits_subscribe(subject):
+                text = f'Permissions Violation for Subscription to "{subject}"'
+                if queue:
+                    text += f' using queue "{queue}"'
                 self.send_err(text)
                 return
-        if ev.sid in self.subs:
+        if sid in self.subs:
             # A repeated SID is ignored, as nats-server does.
             if self.verbose:
                 self.enqueue(proto.OK_FRAME)
             return
-        sub = Subscription(self, ev.subject, ev.queue, ev.sid)
-        self.subs[ev.sid] = sub
+        sub = Subscription(self, subject, queue, sid)
+        self.subs[sid] = sub
         self.server.add_subscription(self.account, sub)
         if self.verbose:
             self.enqueue(proto.OK_FRAME)
 
-    def _unsub(self, ev: proto.Unsub) -> None:
-        sub = self.subs.get(ev.sid)
+    def _unsub(self, sid: str, max_msgs: int | None) -> None:
+        sub = self.subs.get(sid)
         if sub is not None:
-            if ev.max_msgs and sub.delivered < ev.max_msgs:
-                sub.max_msgs = ev.max_msgs
+            if max_msgs and sub.delivered < max_msgs:
+                sub.max_msgs = max_msgs
             else:
                 self.remove_sub(sub)
         if self.verbose:

@@ -151,6 +151,7 @@ class MonitorServer:
         s = self.server
         cfg = s.config
         st = s.stats
+        tot = s.totals()
         now = time.time()
         out: dict[str, Any] = {
             "server_id": s.server_id,
@@ -183,10 +184,10 @@ class MonitorServer:
             "routes": 0,
             "remotes": 0,
             "leafnodes": 0,
-            "in_msgs": st.in_msgs,
-            "out_msgs": st.out_msgs,
-            "in_bytes": st.in_bytes,
-            "out_bytes": st.out_bytes,
+            "in_msgs": tot.in_msgs,
+            "out_msgs": tot.out_msgs,
+            "in_bytes": tot.in_bytes,
+            "out_bytes": tot.out_bytes,
             "slow_consumers": st.slow_consumers,
             "subscriptions": sum(len(a.sublist) for a in s.auth.accounts.values()),
             "http_req_stats": dict(self.requests),

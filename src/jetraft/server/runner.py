@@ -29,6 +29,13 @@ async def serve(cfg: ServerConfig) -> None:
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+
+    def lame_duck() -> None:
+        log.info("Entering lame duck mode, stop accepting new clients")
+        task = asyncio.ensure_future(server.lame_duck())
+        task.add_done_callback(lambda _: stop.set())
+
+    loop.add_signal_handler(signal.SIGUSR2, lame_duck)
     await stop.wait()
     log.info("Initiating Shutdown...")
     await server.stop()

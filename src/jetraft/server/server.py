@@ -15,7 +15,7 @@ import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.auth import Account, Authenticator
+from jetraft.server.auth import Account, AccountStats, Authenticator
 from jetraft.server.client_conn import ClientConnection, Subscription
 from jetraft.server.tls import make_server_context
 
@@ -34,10 +34,6 @@ def new_server_id() -> str:
 
 @dataclass(slots=True)
 class ServerStats:
-    in_msgs: int = 0
-    in_bytes: int = 0
-    out_msgs: int = 0
-    out_bytes: int = 0
     slow_consumers: int = 0
     total_connections: int = 0
     auth_failures: int = 0
@@ -62,6 +58,7 @@ class Server:
             self.tls_context = make_server_context(config.tls)
         self.client_port = config.port
         self.monitor: Any = None
+        self.in_lame_duck = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -74,22 +71,26 @@ class Server:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        # Port -1 asks for any free port (nats-server's RANDOM_PORT).
+        port = 0 if cfg.port < 0 else cfg.port
         srv = await self._loop.create_server(
-            self._new_client, cfg.host, cfg.port, reuse_address=True, backlog=1024
+            self._new_client, cfg.host, port, reuse_address=True, backlog=1024
         )
         self._servers.append(srv)
-        if cfg.port == 0 and srv.sockets:
+        if port == 0 and srv.sockets:
             self.client_port = srv.sockets[0].getsockname()[1]
         log.info("Listening for client connections on %s:%d", cfg.host, self.client_port)
-        if cfg.http_port:
+        if cfg.http_port != 0:
             from jetraft.server.monitor import MonitorServer
 
             self.monitor = MonitorServer(self)
-            await self.monitor.start(cfg.http_host or cfg.host, cfg.http_port)
+            await self.monitor.start(cfg.http_host or cfg.host, max(cfg.http_port, 0))
         self._ping_task = asyncio.create_task(self._ping_loop())
         log.info("Server is ready (id %s, name %s)", self.server_id, self.name)
 
     async def stop(self) -> None:
+        if self._stopped.is_set():
+            return
         for srv in self._servers:
             srv.close()
         if self._ping_task is not None:
@@ -104,6 +105,33 @@ class Server:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    async def lame_duck(self) -> None:
+        """Lame duck mode (SIGUSR2): stop accepting, tell clients, close them gradually, stop.
+
+        Clients get an async INFO with ``ldm: true`` so they can reconnect elsewhere; then,
+        after the grace period, connections are closed spread over ``lame_duck_duration``.
+        """
+        cfg = self.config
+        self.in_lame_duck = True
+        for srv in self._servers:
+            srv.close()
+        for conn in list(self.clients.values()):
+            if conn.connected and not conn.closed:
+                info = self.info_for(conn)
+                info["ldm"] = True
+                info["connect_urls"] = []
+                conn.enqueue(proto.encode_info(info))
+        grace_s = cfg.lame_duck_grace_period_ns / 1e9
+        duration_s = max(cfg.lame_duck_duration_ns / 1e9 - grace_s, 0.0)
+        await asyncio.sleep(grace_s)
+        clients = list(self.clients.values())
+        pause_s = min(duration_s / len(clients), 1.0) if clients else 0.0
+        for conn in clients:
+            conn.close("Server Shutdown")
+            if pause_s:
+                await asyncio.sleep(pause_s)
+        await self.stop()
 
     # --- clients ---------------------------------------------------------------------------
 
@@ -216,34 +244,38 @@ class Server:
     ) -> int:
         """Deliver a published message to every interested subscription of the account.
 
-        Returns how many subscriptions received it.
+        Returns how many subscriptions received it. Server-wide totals are sums over accounts
+        (see ``totals``), so this hot path only counts per account.
         """
-        size = len(data) + (len(hdr) if hdr else 0)
-        stats = self.stats
-        stats.in_msgs += 1
-        stats.in_bytes += size
+        size = len(data) if hdr is None else len(data) + len(hdr)
         acc_stats = account.stats
         acc_stats.in_msgs += 1
         acc_stats.in_bytes += size
         match = account.sublist.match(subject)
         delivered = 0
-        no_echo = sender is not None and not sender.echo
+        skip = sender if sender is not None and not sender.echo else None
         for sub in match.plain:
-            if no_echo and sub.conn is sender:
-                continue
-            if sub.conn.deliver(sub, subject, reply, hdr, data):
+            if sub.conn is not skip and sub.conn.deliver(sub, subject, reply, hdr, data):
                 delivered += 1
-        for members in match.queues:
-            if self._deliver_queue(members, sender if no_echo else None, subject, reply, hdr, data):
-                delivered += 1
+        if match.queues:
+            for members in match.queues:
+                if self._deliver_queue(members, skip, subject, reply, hdr, data):
+                    delivered += 1
         if delivered:
-            stats.out_msgs += delivered
-            stats.out_bytes += size * delivered
             acc_stats.out_msgs += delivered
             acc_stats.out_bytes += size * delivered
         elif reply and sender is not None and sender.no_responders:
             self._no_responders(sender, subject, reply)
         return delivered
+
+    def totals(self) -> AccountStats:
+        total = AccountStats()
+        for acc in self.auth.accounts.values():
+            total.in_msgs += acc.stats.in_msgs
+            total.in_bytes += acc.stats.in_bytes
+            total.out_msgs += acc.stats.out_msgs
+            total.out_bytes += acc.stats.out_bytes
+        return total
 
     def _deliver_queue(
         self,

@@ -11,6 +11,7 @@ from jetraft.protocol.client import (
     PONG,
     ClientParser,
     Connect,
+    EventCollector,
     ProtocolError,
     Pub,
     Sub,
@@ -43,23 +44,26 @@ EXPECTED = [
 ]
 
 
+def parse(chunks: list[bytes], **limits: int) -> list[object]:
+    sink = EventCollector()
+    parser = ClientParser(sink, **limits)
+    for chunk in chunks:
+        parser.feed(chunk)
+    return list(sink.events)
+
+
 def test_whole_stream() -> None:
-    assert ClientParser().feed(STREAM) == EXPECTED
+    assert parse([STREAM]) == EXPECTED
 
 
 @pytest.mark.parametrize("step", [1, 2, 3, 7, 64])
 def test_any_split_gives_the_same_events(step: int) -> None:
-    parser = ClientParser()
-    events = []
-    for i in range(0, len(STREAM), step):
-        events.extend(parser.feed(STREAM[i : i + step]))
-    assert events == EXPECTED
+    assert parse([STREAM[i : i + step] for i in range(0, len(STREAM), step)]) == EXPECTED
 
 
 def test_every_split_point() -> None:
     for cut in range(len(STREAM) + 1):
-        parser = ClientParser()
-        assert parser.feed(STREAM[:cut]) + parser.feed(STREAM[cut:]) == EXPECTED
+        assert parse([STREAM[:cut], STREAM[cut:]]) == EXPECTED
 
 
 @pytest.mark.parametrize(
@@ -80,18 +84,15 @@ def test_every_split_point() -> None:
 )
 def test_violations(data: bytes, text: str) -> None:
     with pytest.raises(ProtocolError) as info:
-        ClientParser(max_control_line=128, max_payload=1024).feed(data)
+        parse([data], max_control_line=128, max_payload=1024)
     assert info.value.text == text
 
 
 def test_body_split_across_many_chunks() -> None:
     payload = bytes(range(256)) * 100
     frame = b"PUB big %d\r\n" % len(payload) + payload + b"\r\nPING\r\n"
-    parser = ClientParser(max_payload=1 << 20)
-    events = []
-    for i in range(0, len(frame), 1000):
-        events.extend(parser.feed(frame[i : i + 1000]))
-    assert events == [Pub("big", None, None, payload), PING]
+    chunks = [frame[i : i + 1000] for i in range(0, len(frame), 1000)]
+    assert parse(chunks, max_payload=1 << 20) == [Pub("big", None, None, payload), PING]
 
 
 def test_encode_msg_frames() -> None:
@@ -103,17 +104,19 @@ def test_encode_msg_frames() -> None:
 
 
 def _feed_all(chunks: list[bytes]) -> None:
-    parser = ClientParser(max_control_line=256, max_payload=4096)
+    sink = EventCollector()
+    parser = ClientParser(sink, max_control_line=256, max_payload=4096)
     try:
         for chunk in chunks:
-            for ev in parser.feed(chunk):
-                assert isinstance(ev, (Connect, Pub, Sub, Unsub, type(PING), type(PONG)))
+            parser.feed(chunk)
     except ProtocolError as exc:
         assert exc.text in {
             "Unknown Protocol Operation",
             "Maximum Payload Violation",
             "Maximum Control Line Exceeded",
         }
+    for ev in sink.events:
+        assert isinstance(ev, (Connect, Pub, Sub, Unsub, type(PING), type(PONG)))
 
 
 @settings(max_examples=400, deadline=None)
@@ -131,3 +134,20 @@ def test_random_bytes_only_raise_protocol_errors(chunks: list[bytes]) -> None:
 def test_mutated_protocol_only_raises_protocol_errors(pos: int, junk: bytes, step: int) -> None:
     mutated = STREAM[:pos] + junk + STREAM[pos + len(junk) :]
     _feed_all([mutated[i : i + step] for i in range(0, len(mutated), step)])
+
+
+class PausingSink(EventCollector):
+    def on_connect(self, options: dict[str, object]) -> bool:
+        super().on_connect(options)
+        return True
+
+
+def test_connect_can_pause_until_resumed() -> None:
+    sink = PausingSink()
+    parser = ClientParser(sink)
+    parser.feed(b"CONNECT {}\r\nPUB a 1\r\nx\r\n")
+    assert sink.events == [Connect({})] and parser.paused
+    parser.feed(b"PING\r\n")
+    assert sink.events == [Connect({})]
+    parser.resume()
+    assert sink.events == [Connect({}), Pub("a", None, None, b"x"), PING]

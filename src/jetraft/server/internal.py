@@ -1,0 +1,74 @@
+"""Clients without a socket: server components (JetStream, system services) subscribe and
+publish through these, so their traffic takes the same routing path as everyone else's.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jetraft.server.auth import Account
+from jetraft.server.client_conn import Subscription
+
+if TYPE_CHECKING:
+    from jetraft.server.server import Server
+
+log = logging.getLogger("jetraft.internal")
+
+# (subject, reply, header block or None, payload)
+Handler = Callable[[str, str | None, bytes | None, bytes], None]
+
+
+class InternalClient:
+    """Duck-types the parts of ClientConnection that routing uses (deliver, closed, echo)."""
+
+    closed = False
+    echo = True
+    headers = True
+    no_responders = False
+
+    def __init__(self, server: Server, account: Account, name: str) -> None:
+        self.server = server
+        self.account = account
+        self.name = name
+        self.subs: dict[str, Subscription] = {}
+        self._handlers: dict[str, Handler] = {}
+        self._next_sid = 1
+
+    def subscribe(self, subject: str, handler: Handler, queue: str | None = None) -> Subscription:
+        sid = str(self._next_sid)
+        self._next_sid += 1
+        sub = Subscription(self, subject, queue, sid)  # type: ignore[arg-type]
+        self.subs[sid] = sub
+        self._handlers[sid] = handler
+        self.server.add_subscription(self.account, sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        if self.subs.pop(sub.sid, None) is not None:
+            self._handlers.pop(sub.sid, None)
+            self.server.remove_subscription(self.account, sub)
+
+    def close(self) -> None:
+        for sub in list(self.subs.values()):
+            self.unsubscribe(sub)
+        self.closed = True
+
+    def publish(
+        self, subject: str, data: bytes = b"", reply: str | None = None, hdr: bytes | None = None
+    ) -> int:
+        return self.server.route_message(None, self.account, subject, reply, hdr, data)
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        handler = self._handlers.get(sub.sid)
+        if handler is None:
+            return False
+        try:
+            handler(subject, reply, hdr, data)
+        except Exception:
+            # A bug in one component must not take down the publisher's connection.
+            log.exception("internal handler %s failed on %s", self.name, subject)
+        return True
