@@ -123,7 +123,8 @@ def start_server(kind: str, port: int) -> subprocess.Popen[bytes]:
     if kind == "jetraft":
         cmd = [sys.executable, "-m", "jetraft", "server", "-a", "127.0.0.1", "-p", str(port)]
     else:
-        binary = shutil.which("nats-server") or os.path.join(os.path.dirname(sys.executable), "nats-server")
+        here = os.path.join(os.path.dirname(sys.executable), "nats-server")
+        binary = shutil.which("nats-server") or here
         cmd = [binary, "-a", "127.0.0.1", "-p", str(port)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -16,11 +17,15 @@ ServerFactory = Callable[..., Awaitable[Server]]
 
 @pytest.fixture
 async def make_server() -> AsyncIterator[ServerFactory]:
-    """Start servers in the test's event loop from config text; port -1 picks a free port, as in nats-server."""
+    """Start servers in the test's event loop from config text.
+
+    Port -1 picks a free port, as in nats-server.
+    """
     started: list[Server] = []
 
     async def make(conf: str = "", *, http: bool = False) -> Server:
-        text = "listen: 127.0.0.1:-1\n" + ("http: 127.0.0.1:-1\n" if http else "") + conf
+        text = "listen: 127.0.0.1:-1\n" + ("http: 127.0.0.1:-1\n" if http else "")
+        text += conf
         server = Server(parse_config(text))
         await server.start()
         started.append(server)
@@ -44,3 +49,13 @@ async def connect(server: Server, **kwargs: Any) -> nats.NATS:
     kwargs.setdefault("allow_reconnect", False)
     kwargs.setdefault("connect_timeout", 2)
     return await nats.connect(url(server), **kwargs)
+
+
+async def wait_for(cond: Callable[[], object], timeout_s: float = 10.0, what: str = "") -> None:
+    """Poll a condition on the loop until it holds; fail with ``what`` after the timeout."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not cond():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what or cond}")
+        await asyncio.sleep(0.01)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import socket
+import threading
 
 import nats
 import pytest
@@ -90,11 +92,8 @@ async def test_invalid_subject_is_not_fatal(server: Server) -> None:
 async def test_ping_pong_and_verbose(server: Server) -> None:
     raw = await Raw.open(server, connect_line=False)
     await raw.send(b'CONNECT {"verbose":true}\r\nSUB a 1\r\nPUB a 2\r\nhi\r\nPING\r\n')
-    lines = [await raw.line() for _ in range(5)]
-    assert lines[:3] == [b"+OK\r\n"] * 3
-    assert lines[3] == b"MSG a 1 2\r\n"
-    assert await raw.line() == b"hi\r\n"
-    assert await raw.line() == b"PONG\r\n"
+    lines = [await raw.line() for _ in range(6)]
+    assert lines == [b"+OK\r\n"] * 3 + [b"MSG a 1 2\r\n", b"hi\r\n", b"PONG\r\n"]
 
 
 async def test_no_responders_wire_format(server: Server) -> None:
@@ -142,31 +141,45 @@ async def test_stale_connection_is_closed(make_server) -> None:  # type: ignore[
     assert await raw.closed_by_server()
 
 
+def _fast_reader(port: int, expect_bytes: int, ready: threading.Event) -> int:
+    """A subscriber in its own thread that reads as fast as the kernel delivers."""
+    sock = socket.create_connection(("127.0.0.1", port))
+    f = sock.makefile("rb")
+    f.readline()  # INFO
+    sock.sendall(b"CONNECT {}\r\nSUB flood 1\r\nPING\r\n")
+    assert f.readline() == b"PONG\r\n"
+    ready.set()
+    got = 0
+    sock.settimeout(30)
+    while got < expect_bytes:
+        chunk = f.read1(1 << 20)
+        if not chunk:
+            break
+        got += len(chunk)
+    sock.close()
+    return got
+
+
 async def test_slow_consumer_is_disconnected_alone(make_server) -> None:  # type: ignore[no-untyped-def]
-    server = await make_server("max_pending: 65536")
+    server = await make_server("max_pending: 262144")
     # A subscriber that never reads its socket.
     slow = await Raw.open(server)
     await slow.send(b"SUB flood 1\r\nPING\r\n")
     assert await slow.line() == b"PONG\r\n"
-    healthy = await connect(server)
-    got = 0
-    done = asyncio.Event()
-
-    async def count(msg: nats.aio.msg.Msg) -> None:
-        nonlocal got
-        got += 1
-        if got == 2000:
-            done.set()
-
-    await healthy.subscribe("flood", cb=count)
-    pub = await connect(server)
     payload = b"x" * 1024
-    for _ in range(2000):
+    count = 10000  # 10 MB: more than the silent reader's kernel buffers plus max_pending
+    frame = b"MSG flood 1 1024\r\n" + payload + b"\r\n"
+    ready = threading.Event()
+    healthy = asyncio.get_running_loop().run_in_executor(
+        None, _fast_reader, server.client_port, count * len(frame), ready
+    )
+    await asyncio.to_thread(ready.wait, 10)
+    pub = await connect(server)
+    for _ in range(count):
         await pub.publish("flood", payload)
     await pub.flush()
-    await asyncio.wait_for(done.wait(), 10)
-    assert server.stats.slow_consumers >= 1
+    assert await asyncio.wait_for(healthy, 30) == count * len(frame)
+    assert server.stats.slow_consumers == 1
     assert await slow.closed_by_server()
-    assert healthy.is_connected and pub.is_connected
-    await healthy.close()
+    assert pub.is_connected
     await pub.close()

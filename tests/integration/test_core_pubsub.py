@@ -47,8 +47,8 @@ async def test_queue_group_gets_each_message_once(server: Server) -> None:
     nc = await connect(server)
     got: Counter[str] = Counter()
     members = []
-    for i in range(3):
-        members.append(await nc.subscribe("work", queue="workers", cb=None))
+    for _ in range(3):
+        members.append(await nc.subscribe("work", queue="workers"))
     plain = await nc.subscribe("work")
     for i in range(60):
         await nc.publish("work", str(i).encode())

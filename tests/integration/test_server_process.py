@@ -82,7 +82,9 @@ def test_sigterm_stops_server(tmp_path: Path) -> None:
 async def test_lame_duck_mode_on_sigusr2(tmp_path: Path) -> None:
     port = _free_port()
     conf = tmp_path / "ldm.conf"
-    conf.write_text(f"listen: 127.0.0.1:{port}\nlame_duck_grace_period: 1s\nlame_duck_duration: 2s\n")
+    conf.write_text(
+        f"listen: 127.0.0.1:{port}\nlame_duck_grace_period: 1s\nlame_duck_duration: 2s\n"
+    )
     proc = _start(["-c", str(conf)])
     try:
         _wait_listening(proc, port)

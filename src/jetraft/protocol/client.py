@@ -1,7 +1,8 @@
 """The client side of the NATS wire protocol, sans-I/O.
 
-``ClientParser(handler).feed(data)`` turns bytes a client sent into calls on a handler (one
-method per operation); the encoders build what the server writes back. Nothing here touches a socket or a clock, so tests drive it with plain bytes.
+``ClientParser(handler).feed(data)`` turns bytes a client sent into calls on a handler
+(one method per operation); the encoders build what the server writes back. Nothing here
+touches a socket or a clock, so tests drive it with plain bytes.
 
 The handler interface keeps the publish path free of per-message objects; ``EventCollector``
 turns the calls into NamedTuple events for tests and tools.
@@ -73,7 +74,9 @@ class Handler(Protocol):
     """
 
     def on_connect(self, options: dict[str, Any]) -> bool: ...
-    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None: ...
+    def on_pub(
+        self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes
+    ) -> None: ...
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
     def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
     def on_ping(self) -> None: ...
@@ -273,7 +276,8 @@ class ClientParser:
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
         if hdr_len >= 0:
-            self._handler.on_pub(subject, reply, data[pos : pos + hdr_len], data[pos + hdr_len : end])
+            hdr_end = pos + hdr_len
+            self._handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:end])
         else:
             self._handler.on_pub(subject, reply, None, data[pos:end])
         return end + 2

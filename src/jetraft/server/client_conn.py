@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from jetraft.server.server import Server
 
 log = logging.getLogger("jetraft.client")
+
+# Frames are written at the end of each loop turn, or earlier once this many bytes are waiting,
+# so one big read from a publisher does not pile up unbounded before the first write.
+_FLUSH_BYTES = 256 * 1024
 
 
 class Subscription:
@@ -74,8 +78,8 @@ class ClientConnection(asyncio.Protocol):
     # --- asyncio.Protocol ------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport but have the same methods.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple):
             self.host, self.port = str(peer[0]), int(peer[1])
@@ -106,10 +110,12 @@ class ClientConnection(asyncio.Protocol):
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._call_soon(self.flush)
-        if self._out_bytes > self._max_pending:
-            self.slow_consumer()
+        if self._out_bytes > _FLUSH_BYTES:
+            self.flush()
 
     def flush(self) -> None:
+        """Hand buffered frames to the transport. What the peer has not read yet stays in the
+        transport's buffer; more than max_pending there makes this a slow consumer."""
         self._flush_scheduled = False
         if not self._out or self.transport is None or self.closed:
             return
@@ -227,7 +233,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self._bind(None if fut.exception() else fut.result())
-        if self.closed:
+        if not self.connected:  # _bind refused and closed the connection
             return
         if self.transport is not None:
             self.transport.resume_reading()
@@ -271,16 +277,21 @@ class ClientConnection(asyncio.Protocol):
             self.send_err("Invalid Publish Subject")
             return
         perms = self.perms
-        if perms is not None and perms.publish is not None:
-            if not perms.publish.permits_publish(subject) and not self._response_ok(subject):
-                self.send_err(f'Permissions Violation for Publish to "{subject}"')
-                return
+        if (
+            perms is not None
+            and perms.publish is not None
+            and not perms.publish.permits_publish(subject)
+            and not self._response_ok(subject)
+        ):
+            self.send_err(f'Permissions Violation for Publish to "{subject}"')
+            return
         if hdr is not None and not self.headers:
             # HPUB from a client that did not announce headers support.
             raise proto.ProtocolError(proto.ERR_UNKNOWN_OP)
-        self.server.route_message(self, self.account, subject, reply, hdr, payload)
         if self.verbose:
+            # Acknowledged before delivery, as nats-server does (a self-subscriber sees +OK first).
             self.enqueue(proto.OK_FRAME)
+        self.server.route_message(self, self.account, subject, reply, hdr, payload)
 
     def _response_ok(self, subject: str) -> bool:
         entry = self._resp_allowed.get(subject)
@@ -328,8 +339,8 @@ class ClientConnection(asyncio.Protocol):
         self._out_bytes += size
         self.out_msgs += 1
         self.out_bytes += size
-        if self._out_bytes > self._max_pending:
-            self.slow_consumer()
+        if self._out_bytes > _FLUSH_BYTES:
+            self.flush()
         sub.delivered += 1
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self.remove_sub(sub)
@@ -355,13 +366,16 @@ class ClientConnection(asyncio.Protocol):
             self.send_err("Invalid Subject")
             return
         perms = self.perms
-        if perms is not None and perms.subscribe is not None:
-            if not perms.subscribe.permits_subscribe(subject):
-                text = f'Permissions Violation for Subscription to "{subject}"'
-                if queue:
-                    text += f' using queue "{queue}"'
-                self.send_err(text)
-                return
+        if (
+            perms is not None
+            and perms.subscribe is not None
+            and not perms.subscribe.permits_subscribe(subject)
+        ):
+            text = f'Permissions Violation for Subscription to "{subject}"'
+            if queue:
+                text += f' using queue "{queue}"'
+            self.send_err(text)
+            return
         if sid in self.subs:
             # A repeated SID is ignored, as nats-server does.
             if self.verbose:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -83,6 +84,7 @@ class MonitorServer:
             "/connz": self.connz,
             "/subsz": self.subsz,
             "/subscriptionsz": self.subsz,
+            "/jsz": self.jsz,
         }
 
     async def start(self, host: str, port: int) -> None:
@@ -115,10 +117,8 @@ class MonitorServer:
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
             + body
         )
-        try:
+        with contextlib.suppress(OSError):
             await writer.drain()
-        except OSError:
-            pass
         writer.close()
 
     def _respond(self, head: bytes) -> tuple[int, bytes]:
@@ -146,6 +146,13 @@ class MonitorServer:
 
     def healthz(self, q: dict[str, str]) -> dict[str, Any]:
         return {"status": "ok"}
+
+    def jsz(self, q: dict[str, str]) -> dict[str, Any]:
+        js = self.server.jetstream
+        if js is None:
+            return {"server_id": self.server.server_id, "disabled": True}
+        out: dict[str, Any] = js.jsz(q)
+        return out
 
     def varz(self, q: dict[str, str]) -> dict[str, Any]:
         s = self.server
@@ -269,9 +276,13 @@ class MonitorServer:
             listing = []
             for c in self.server.clients.values():
                 for s in c.subs.values():
-                    item = {"account": c.account.name, "subject": s.subject, "sid": s.sid}
-                    item["msgs"] = s.delivered
-                    item["cid"] = c.cid
+                    item: dict[str, Any] = {
+                        "account": c.account.name,
+                        "subject": s.subject,
+                        "sid": s.sid,
+                        "msgs": s.delivered,
+                        "cid": c.cid,
+                    }
                     if s.queue:
                         item["qgroup"] = s.queue
                     listing.append(item)

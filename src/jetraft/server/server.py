@@ -59,7 +59,9 @@ class Server:
         self.client_port = config.port
         self.monitor: Any = None
         self.in_lame_duck = False
+        self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
         self._loop: asyncio.AbstractEventLoop | None = None
+        self.jetstream: Any = None  # JetStreamManager when cfg.jetstream is set
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -71,6 +73,11 @@ class Server:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        if cfg.jetstream is not None:
+            from jetraft.server.jetstream import JetStreamManager
+
+            self.jetstream = JetStreamManager(self)
+            await self.jetstream.start()
         # Port -1 asks for any free port (nats-server's RANDOM_PORT).
         port = 0 if cfg.port < 0 else cfg.port
         srv = await self._loop.create_server(
@@ -97,6 +104,8 @@ class Server:
             self._ping_task.cancel()
         if self.monitor is not None:
             await self.monitor.stop()
+        if self.jetstream is not None:
+            await self.jetstream.stop()
         for conn in list(self.clients.values()):
             conn.close("Server Shutdown")
         for srv in self._servers:
@@ -153,7 +162,9 @@ class Server:
             conn.start_auth_timer(timeout)
         if self.tls_context is not None:
             conn.flush()
-            asyncio.ensure_future(self._upgrade_tls(conn))
+            task = asyncio.ensure_future(self._upgrade_tls(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _upgrade_tls(self, conn: ClientConnection) -> None:
         assert self.tls_context is not None and conn.transport is not None
@@ -167,7 +178,7 @@ class Server:
                 server_side=True,
                 ssl_handshake_timeout=timeout,
             )
-        except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
+        except (TimeoutError, OSError, ssl.SSLError, ConnectionError) as exc:
             log.debug("TLS handshake failed for client %d: %s", conn.cid, exc)
             conn.close("TLS Handshake Error")
             return

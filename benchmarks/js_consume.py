@@ -1,0 +1,223 @@
+"""JetStream pull-consume with acks, jetraft beside nats-server, same load generator.
+
+    python -m benchmarks.js_consume [--msgs N] [--batch B] [--only jetraft|nats-server]
+
+Setup (not timed): a file-storage stream is filled with N messages and a durable pull
+consumer with explicit acks is created. Timed: one raw-socket client keeps two pull requests
+of ``batch`` messages outstanding on ``$JS.API.CONSUMER.MSG.NEXT``, acks every message as it
+arrives (a plain publish to its ack subject), and stops when the consumer's ack floor reaches
+N (so the server's ack processing is inside the measurement). Rate = N / elapsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks.common import free_port, machine_summary, wait_port
+
+STREAM = "BENCH"
+SUBJECT = "bench.js"
+CONSUMER = "C"
+SIZES = [128, 1024]
+
+
+def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
+    if kind == "jetraft":
+        conf = os.path.join(store, "jetraft.conf")
+        with open(conf, "w") as f:
+            f.write(f'listen: 127.0.0.1:{port}\njetstream {{ store_dir: "{store}/js" }}\n')
+        cmd = [sys.executable, "-m", "jetraft", "server", "-c", conf]
+    else:
+        binary = shutil.which("nats-server") or os.path.join(
+            os.path.dirname(sys.executable), "nats-server"
+        )
+        cmd = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", f"{store}/js"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return proc
+
+
+class Raw:
+    """A minimal blocking NATS protocol client (no client library in the timed loop)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+        self._line()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\n')
+        self.sock.sendall(b"PING\r\n")
+        while self._line() != b"PONG":
+            pass
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+
+    def _line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, _, self.buf = self.buf.partition(b"\r\n")
+        return line
+
+    def frames(self) -> list[tuple[bytes, bytes | None, bytes]]:
+        """Every complete MSG/HMSG now buffered (blocks for at least one):
+        (reply, header block or None, payload)."""
+        out: list[tuple[bytes, bytes | None, bytes]] = []
+        while not out:
+            if not self.buf:
+                self._fill()
+            while True:
+                end = self.buf.find(b"\r\n")
+                if end < 0:
+                    break
+                head = self.buf[:end].split()
+                op = head[0].upper() if head else b""
+                if op in (b"PING", b"PONG", b"+OK"):
+                    if op == b"PING":
+                        self.sock.sendall(b"PONG\r\n")
+                    self.buf = self.buf[end + 2 :]
+                    continue
+                if op not in (b"MSG", b"HMSG"):
+                    raise RuntimeError(f"unexpected {self.buf[:end]!r}")
+                total = int(head[-1])
+                start = end + 2
+                if len(self.buf) < start + total + 2:
+                    break
+                body = self.buf[start : start + total]
+                if op == b"HMSG":
+                    hlen = int(head[-2])
+                    reply = head[3] if len(head) == 6 else None
+                    out.append((reply or b"", body[:hlen], body[hlen:]))
+                else:
+                    reply = head[3] if len(head) == 5 else None
+                    out.append((reply or b"", None, body))
+                self.buf = self.buf[start + total + 2 :]
+            if not out:
+                self._fill()
+        return out
+
+
+def consume(port: int, n: int, batch: int) -> float:
+    raw = Raw(port)
+    inbox = b"_INBOX.bench"
+    raw.sock.sendall(b"SUB " + inbox + b" 1\r\n")
+    req = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
+    pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s %s %d\r\n%s\r\n" % (
+        STREAM.encode(), CONSUMER.encode(), inbox, len(req), req
+    )
+    got = 0
+    in_flight = 0
+    t0 = time.perf_counter()
+    out: list[bytes] = []
+    while got < n:
+        while in_flight < 2 * batch and got + in_flight < n:
+            out.append(pull)
+            in_flight += batch
+        if out:
+            raw.sock.sendall(b"".join(out))
+            out.clear()
+        for reply, hdr, _payload in raw.frames():
+            if hdr is not None and hdr.startswith(b"NATS/1.0 4"):
+                # 408/409: the request ended early; account for what it did not deliver.
+                pending = hdr.split(b"Nats-Pending-Messages: ")
+                if len(pending) > 1:
+                    in_flight -= int(pending[1].split(b"\r\n")[0])
+                continue
+            if not reply.startswith(b"$JS.ACK."):
+                continue
+            got += 1
+            in_flight -= 1
+            out.append(b"PUB %s 0\r\n\r\n" % reply)
+    raw.sock.sendall(b"".join(out) + b"PING\r\n")
+    elapsed = time.perf_counter() - t0
+    raw.sock.close()
+    return elapsed
+
+
+async def setup(port: int, n: int, size: int) -> None:
+    import nats
+
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream()
+    try:
+        await js.delete_stream(STREAM)
+    except Exception:
+        pass
+    await js.add_stream(name=STREAM, subjects=[SUBJECT], storage="file")
+    payload = b"x" * size
+    for _ in range(n):
+        await nc.publish(SUBJECT, payload)
+    await nc.flush()
+    deadline = time.monotonic() + 120
+    while (await js.stream_info(STREAM)).state.messages < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError("stream did not fill")
+        await asyncio.sleep(0.05)
+    await js.add_consumer(STREAM, durable_name=CONSUMER, ack_policy="explicit",
+                          max_ack_pending=-1)
+    await nc.close()
+
+
+async def wait_acked(port: int, n: int) -> None:
+    import nats
+
+    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    js = nc.jetstream()
+    deadline = time.monotonic() + 120
+    while (await js.consumer_info(STREAM, CONSUMER)).ack_floor.stream_seq < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError("acks did not arrive")
+        await asyncio.sleep(0.001)
+    await nc.close()
+
+
+def run(kind: str, n: int, size: int, batch: int) -> float:
+    with tempfile.TemporaryDirectory(prefix="jsbench-") as store:
+        port = free_port()
+        proc = start_server(kind, port, store)
+        try:
+            asyncio.run(setup(port, n, size))
+            t0 = time.perf_counter()
+            consume(port, n, batch)
+            asyncio.run(wait_acked(port, n))
+            return n / (time.perf_counter() - t0)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--msgs", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--only", choices=["jetraft", "nats-server"])
+    args = ap.parse_args()
+    kinds = [args.only] if args.only else ["jetraft", "nats-server"]
+    table: dict[int, dict[str, float]] = {}
+    for size in SIZES:
+        for kind in kinds:
+            table.setdefault(size, {})[kind] = run(kind, args.msgs, size, args.batch)
+    print(machine_summary())
+    print(f"pull consume + ack, {args.msgs} msgs, batch {args.batch}, file storage")
+    print(f"{'payload':<10}{'jetraft msg/s':>16}{'nats-server msg/s':>20}{'ratio':>8}")
+    for size in SIZES:
+        row = table[size]
+        j, g = row.get("jetraft", 0.0), row.get("nats-server", 0.0)
+        ratio = f"{j / g:.2f}" if j and g else "-"
+        print(f"{size:<10}{j:>16,.0f}{g:>20,.0f}{ratio:>8}")
+
+
+if __name__ == "__main__":
+    main()
