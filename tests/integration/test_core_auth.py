@@ -9,7 +9,7 @@ import pytest
 
 from jetraft.server.server import Server
 
-from .conftest import ServerFactory, connect
+from .conftest import ServerFactory, connect, wait_for
 
 SEED_SYS_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
 SEED_SYS_PASSWORD = "a very long s3cr3t! password"
@@ -174,10 +174,7 @@ async def test_allow_responses(make_server: ServerFactory) -> None:
     assert reply.data == b"answer"
     await svc.publish("anything", b"x")
     await svc.flush()
-    for _ in range(100):
-        if len(errors) >= 2:
-            break
-        await asyncio.sleep(0.01)
+    await wait_for(lambda: len(errors) >= 2, what="two permission errors")
     assert sum("permissions violation for publish" in str(e) for e in errors) == 2
     await svc.close()
     await admin.close()

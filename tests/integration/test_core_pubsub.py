@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 
 import nats
@@ -11,7 +10,7 @@ from nats.errors import NoRespondersError
 
 from jetraft.server.server import Server
 
-from .conftest import connect
+from .conftest import connect, wait_for
 
 
 async def _collect(sub: nats.aio.subscription.Subscription, n: int) -> list[nats.aio.msg.Msg]:
@@ -130,12 +129,10 @@ async def test_unsubscribe_after_max_messages(server: Server) -> None:
     await nc.flush()
     assert [m.data for m in await _collect(sub, 2)] == [b"0", b"1"]
     # The server removed the subscription after two deliveries.
-    await nc.flush()
-    for _ in range(50):
-        if sum(len(a.sublist) for a in server.auth.accounts.values()) == 0:
-            break
-        await asyncio.sleep(0.01)
-    assert sum(len(a.sublist) for a in server.auth.accounts.values()) == 0
+    await wait_for(
+        lambda: sum(len(a.sublist) for a in server.auth.accounts.values()) == 0,
+        what="auto-unsubscribe",
+    )
     await nc.close()
 
 

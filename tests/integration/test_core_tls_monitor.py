@@ -111,12 +111,9 @@ async def test_monitoring_endpoints(make_server: ServerFactory) -> None:
     assert status == 200 and subsz["num_subscriptions"] == 1
 
     await nc.close()
-    for _ in range(100):
-        status, connz = await _http_get(port, "/connz?state=closed")
-        if connz["total"] == 1:
-            break
-        await asyncio.sleep(0.01)
-    assert connz["connections"][0]["name"] == "watcher"
+    await wait_for(lambda: len(server.monitor.closed) == 1, what="closed connection record")
+    status, connz = await _http_get(port, "/connz?state=closed")
+    assert connz["total"] == 1 and connz["connections"][0]["name"] == "watcher"
     status, _ = await _http_get(port, "/nope")
     assert status == 404
     status, _ = await _http_get(port, "/connz?sort=bogus")
