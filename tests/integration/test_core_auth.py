@@ -116,7 +116,7 @@ authorization {
       }
     }
     { user: svc, password: p,
-      permissions: { publish: { deny: [">"] }, subscribe: "svc.>", allow_responses: true }
+      permissions: { subscribe: "svc.>", allow_responses: true }
     }
     { user: admin, password: p }
   ]

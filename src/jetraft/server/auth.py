@@ -167,6 +167,9 @@ def _perms(cfg: Any) -> Permissions | None:
     resp = getattr(cfg, "allow_responses", None)
     if resp is None:
         return Permissions(pub, sub)
+    if pub is None:
+        # allow_responses without publish rules: the user may publish replies and nothing else.
+        pub = SubjectRule(deny=(">",))
     return Permissions(pub, sub, max(int(resp.max_msgs), 1), int(resp.expires_ns))
 
 
