@@ -44,6 +44,19 @@ async def test_tls_required(make_server: ServerFactory, certs: dict[str, Any]) -
         await connect(server)
 
 
+async def test_tls_handshake_first(make_server: ServerFactory, certs: dict[str, Any]) -> None:
+    server = await make_server(
+        f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}",'
+        " handshake_first: true }"
+    )
+    ctx = ssl.create_default_context(cafile=certs["ca"])
+    nc = await connect(server, tls=ctx, tls_handshake_first=True)
+    sub = await nc.subscribe("hf")
+    await nc.publish("hf", b"first")
+    assert (await sub.next_msg(timeout=2)).data == b"first"
+    await nc.close()
+
+
 async def test_tls_verify_needs_client_cert(
     make_server: ServerFactory, certs: dict[str, Any]
 ) -> None:

@@ -59,6 +59,7 @@ class Server:
         self.client_port = config.port
         self.monitor: Any = None
         self.in_lame_duck = False
+        self._upgrade_after_info = False
         self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
         self._loop: asyncio.AbstractEventLoop | None = None
         self.jetstream: Any = None  # JetStreamManager when cfg.jetstream is set
@@ -80,9 +81,20 @@ class Server:
             await self.jetstream.start()
         # Port -1 asks for any free port (nats-server's RANDOM_PORT).
         port = 0 if cfg.port < 0 else cfg.port
-        srv = await self._loop.create_server(
-            self._new_client, cfg.host, port, reuse_address=True, backlog=1024
+        # handshake_first: TLS starts before INFO (nats-py's tls_handshake_first); otherwise
+        # INFO goes out in clear text and the client upgrades.
+        handshake_first = self.tls_context is not None and cfg.tls is not None and (
+            cfg.tls.handshake_first
         )
+        srv = await self._loop.create_server(
+            self._new_client,
+            cfg.host,
+            port,
+            reuse_address=True,
+            backlog=1024,
+            ssl=self.tls_context if handshake_first else None,
+        )
+        self._upgrade_after_info = self.tls_context is not None and not handshake_first
         self._servers.append(srv)
         if port == 0 and srv.sockets:
             self.client_port = srv.sockets[0].getsockname()[1]
@@ -160,7 +172,7 @@ class Server:
         if self.auth.required:
             timeout = cfg.auth_timeout_ns / 1e9
             conn.start_auth_timer(timeout)
-        if self.tls_context is not None:
+        if self._upgrade_after_info:
             conn.flush()
             task = asyncio.ensure_future(self._upgrade_tls(conn))
             self._tasks.add(task)
