@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -115,7 +116,11 @@ def consume(port: int, n: int, batch: int) -> float:
     raw.sock.sendall(b"SUB " + inbox + b" 1\r\n")
     req = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
     pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s %s %d\r\n%s\r\n" % (
-        STREAM.encode(), CONSUMER.encode(), inbox, len(req), req
+        STREAM.encode(),
+        CONSUMER.encode(),
+        inbox,
+        len(req),
+        req,
     )
     got = 0
     in_flight = 0
@@ -151,10 +156,8 @@ async def setup(port: int, n: int, size: int) -> None:
 
     nc = await nats.connect(f"nats://127.0.0.1:{port}")
     js = nc.jetstream()
-    try:
+    with contextlib.suppress(Exception):
         await js.delete_stream(STREAM)
-    except Exception:
-        pass
     await js.add_stream(name=STREAM, subjects=[SUBJECT], storage="file")
     payload = b"x" * size
     for _ in range(n):
@@ -165,8 +168,7 @@ async def setup(port: int, n: int, size: int) -> None:
         if time.monotonic() > deadline:
             raise RuntimeError("stream did not fill")
         await asyncio.sleep(0.05)
-    await js.add_consumer(STREAM, durable_name=CONSUMER, ack_policy="explicit",
-                          max_ack_pending=-1)
+    await js.add_consumer(STREAM, durable_name=CONSUMER, ack_policy="explicit", max_ack_pending=-1)
     await nc.close()
 
 

@@ -264,9 +264,12 @@ class Server:
         reply: str | None,
         hdr: bytes | None,
         data: bytes,
+        route_by: str | None = None,
     ) -> int:
         """Deliver a published message to every interested subscription of the account.
 
+        ``route_by`` picks the subscribers by another subject than the one they are shown
+        (JetStream push delivery: routed by deliver subject, shown with the stored subject).
         Returns how many subscriptions received it. Server-wide totals are sums over accounts
         (see ``totals``), so this hot path only counts per account.
         """
@@ -274,7 +277,7 @@ class Server:
         acc_stats = account.stats
         acc_stats.in_msgs += 1
         acc_stats.in_bytes += size
-        match = account.sublist.match(subject)
+        match = account.sublist.match(subject if route_by is None else route_by)
         delivered = 0
         skip = sender if sender is not None and not sender.echo else None
         for sub in match.plain:

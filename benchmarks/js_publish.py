@@ -1,0 +1,223 @@
+"""JetStream publish with acks, jetraft beside nats-server, same load generator.
+
+    python -m benchmarks.js_publish [--msgs N] [--sync-msgs N] [--window W] [--pubs P]
+                                    [--only jetraft|nats-server|nats-server-always]
+
+Servers (file storage each): jetraft with its default (fsync before every PubAck, group
+commit), nats-server with its default (fsync every 2 minutes: lazy), and nats-server with
+``jetstream { sync_interval: always }`` (fsync per write, the durable comparison).
+
+Load generator: separate processes speaking the protocol over raw sockets with pre-encoded
+``PUB <subject> <reply> <size>`` frames; replies arrive on a wildcard inbox subscription and
+are counted (and checked for errors) by a minimal parser. "sync" keeps one publish
+outstanding per connection (request/reply); "async" keeps a window of W outstanding per
+connection over P connections. Rate = acknowledged messages / elapsed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+from benchmarks.common import free_port, machine_summary, wait_port
+
+STREAM = "BENCH"
+SUBJECT = b"bench.pub"
+SERVERS = ["jetraft", "nats-server", "nats-server-always"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    payload: int
+    window: int  # outstanding publishes per connection
+    pubs: int  # publisher connections (processes)
+
+
+def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
+    conf = os.path.join(store, f"{kind}.conf")
+    with open(conf, "w") as f:
+        f.write(f"listen: 127.0.0.1:{port}\n")
+        if kind in ("jetraft", "nats-server"):
+            f.write(f'jetstream {{ store_dir: "{store}/js" }}\n')
+        else:
+            f.write(f'jetstream {{ store_dir: "{store}/js", sync_interval: always }}\n')
+    if kind == "jetraft":
+        cmd = [sys.executable, "-m", "jetraft", "server", "-c", conf]
+    else:
+        binary = shutil.which("nats-server") or os.path.join(
+            os.path.dirname(sys.executable), "nats-server"
+        )
+        cmd = [binary, "-c", conf]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    return proc
+
+
+class Conn:
+    """A minimal blocking NATS client: handshake, then raw frames."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.line()  # INFO
+        self.sock.sendall(b'CONNECT {"verbose":false,"pedantic":false,"headers":true}\r\nPING\r\n')
+        while self.line() != b"PONG":
+            pass
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            self.buf += self.sock.recv(65536)
+        i = self.buf.index(b"\r\n")
+        out = bytes(self.buf[:i])
+        del self.buf[: i + 2]
+        return out
+
+    def request(self, subject: str, body: bytes) -> bytes:
+        self.sock.sendall(b"SUB _INBOX.setup 99\r\n")
+        self.sock.sendall(b"PUB %s _INBOX.setup %d\r\n%s\r\n" % (subject.encode(), len(body), body))
+        while True:
+            head = self.line()
+            if head.startswith(b"MSG"):
+                size = int(head.split()[-1])
+                while len(self.buf) < size + 2:
+                    self.buf += self.sock.recv(65536)
+                data = bytes(self.buf[:size])
+                del self.buf[: size + 2]
+                self.sock.sendall(b"UNSUB 99\r\n")
+                return data
+
+    def count_acks(self, limit: int) -> tuple[int, int]:
+        """Read whatever arrived; returns (acks, errors) parsed from complete MSG frames."""
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+        acks = errors = 0
+        buf = self.buf
+        pos = 0
+        while acks < limit:
+            end = buf.find(b"\r\n", pos)
+            if end < 0:
+                break
+            if buf.startswith(b"PING", pos):
+                self.sock.sendall(b"PONG\r\n")
+                pos = end + 2
+                continue
+            size = int(buf[buf.rfind(b" ", pos, end) + 1 : end])
+            if len(buf) < end + 2 + size + 2:
+                break
+            if b'"error"' in buf[end + 2 : end + 2 + size]:
+                errors += 1
+            acks += 1
+            pos = end + 4 + size
+        del buf[:pos]
+        return acks, errors
+
+
+def _publisher(port: int, n: int, sc: Scenario, idx: int, go: mp.Event, out: mp.Queue) -> None:
+    conn = Conn(port)
+    conn.sock.sendall(b"SUB _INBOX.b%d.* 1\r\nPING\r\n" % idx)
+    while conn.line() != b"PONG":
+        pass
+    frame = b"PUB %s _INBOX.b%d.x %d\r\n%s\r\n" % (SUBJECT, idx, sc.payload, b"x" * sc.payload)
+    go.wait()
+    t0 = time.perf_counter()
+    sent = acked = errors = 0
+    first = min(sc.window, n)
+    conn.sock.sendall(frame * first)
+    sent = first
+    while acked < n:
+        got, bad = conn.count_acks(n - acked)
+        acked += got
+        errors += bad
+        more = min(got, n - sent)
+        if more:
+            conn.sock.sendall(frame * more)
+            sent += more
+    out.put((t0, time.perf_counter(), acked, errors))
+    conn.sock.close()
+
+
+def run_scenario(port: int, sc: Scenario, n: int) -> float:
+    setup = Conn(port)
+    setup.request(f"$JS.API.STREAM.DELETE.{STREAM}", b"")
+    body = b'{"name":"%s","subjects":["%s"],"storage":"file"}' % (STREAM.encode(), SUBJECT)
+    resp = setup.request(f"$JS.API.STREAM.CREATE.{STREAM}", body)
+    assert b'"error"' not in resp, resp
+    ctx = mp.get_context("fork")
+    out: mp.Queue = ctx.Queue()
+    go = ctx.Event()
+    per = n // sc.pubs
+    procs = [
+        ctx.Process(target=_publisher, args=(port, per, sc, i, go, out)) for i in range(sc.pubs)
+    ]
+    for p in procs:
+        p.start()
+    time.sleep(0.5)  # let every publisher connect before the clock starts
+    go.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join(10)
+    errors = sum(r[3] for r in results)
+    if errors:
+        raise RuntimeError(f"{errors} publishes were refused")
+    elapsed = max(r[1] for r in results) - min(r[0] for r in results)
+    setup.sock.close()
+    return sum(r[2] for r in results) / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--msgs", type=int, default=100_000, help="messages per async scenario")
+    ap.add_argument("--sync-msgs", type=int, default=3_000, help="messages per sync scenario")
+    ap.add_argument("--window", type=int, default=256, help="outstanding async publishes")
+    ap.add_argument("--pubs", type=int, default=2, help="async publisher connections")
+    ap.add_argument("--only", choices=SERVERS)
+    args = ap.parse_args()
+    scenarios = [
+        Scenario("sync 128B", 128, 1, 1),
+        Scenario("sync 1KB", 1024, 1, 1),
+        Scenario("async 128B", 128, args.window, args.pubs),
+        Scenario("async 1KB", 1024, args.window, args.pubs),
+    ]
+    kinds = [args.only] if args.only else SERVERS
+    table: dict[str, dict[str, float]] = {}
+    for kind in kinds:
+        store = tempfile.mkdtemp(prefix=f"jsbench-{kind}-")
+        port = free_port()
+        proc = start_server(kind, port, store)
+        try:
+            for sc in scenarios:
+                n = args.sync_msgs if sc.window == 1 else args.msgs
+                table.setdefault(sc.name, {})[kind] = run_scenario(port, sc, n)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+            shutil.rmtree(store, ignore_errors=True)
+    print(machine_summary())
+    print(f"async: window {args.window} x {args.pubs} connections; file storage throughout")
+    head = f"{'scenario':<12}{'jetraft':>12}{'nats default':>14}{'nats always':>13}"
+    print(head + f"{'vs default':>12}{'vs always':>11}")
+    for sc in scenarios:
+        row = table[sc.name]
+        j = row.get("jetraft", 0.0)
+        d = row.get("nats-server", 0.0)
+        a = row.get("nats-server-always", 0.0)
+        rd = f"{j / d:.2f}" if j and d else "-"
+        ra = f"{j / a:.2f}" if j and a else "-"
+        print(f"{sc.name:<12}{j:>12,.0f}{d:>14,.0f}{a:>13,.0f}{rd:>12}{ra:>11}")
+    print("(msg/s acknowledged; ratios are jetraft / nats-server)")
+
+
+if __name__ == "__main__":
+    main()

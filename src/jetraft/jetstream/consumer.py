@@ -1,0 +1,610 @@
+"""The consumer state machine.
+
+Two halves, as in nats-server's clustered consumers:
+
+* Replicated state (``delivered``, ``ack floor``, ``pending``, ``redelivered``) changes only in
+  ``apply(entry)``. Entries are small values stamped by the proposer (the consumer leader) with
+  every time they need, so every replica that applies the same entries holds the same state.
+  Today "propose" applies locally; the RAFT issue replicates exactly these entries.
+* Leader-local state (the stream cursor, the redelivery queue, the last-per-subject skip list,
+  the running ``num_pending`` count) only steers what the leader proposes next. A new leader
+  rebuilds it from the replicated state (``restore_cursor`` and ``check_pending``).
+
+Nothing here reads a clock or does I/O: the message store is read through ``MsgSource``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, Protocol
+
+import msgspec
+
+from jetraft.jetstream.acks import AckInfo as AckInfo  # re-exported
+from jetraft.jetstream.acks import parse_ack_subject as parse_ack_subject
+from jetraft.jetstream.consumer_config import ConsumerConfig, parse_rfc3339_ns
+from jetraft.protocol.subjects import subject_matches
+
+ACK_TERM_LIMITS_REASON = "Unacknowledged message was deleted"
+
+
+class Msg(Protocol):
+    """A stored message as the consumer sees it."""
+
+    @property
+    def seq(self) -> int: ...
+    @property
+    def subject(self) -> str: ...
+    @property
+    def hdr(self) -> bytes | None: ...
+    @property
+    def data(self) -> bytes: ...
+    @property
+    def ts_ns(self) -> int: ...
+
+
+class MsgSource(Protocol):
+    """The read side of a stream store that consumers need (see consumer_store.py)."""
+
+    def bounds(self) -> tuple[int, int]:
+        """(first_seq, last_seq); (0, 0) for a stream that never stored anything."""
+        ...
+
+    def load(self, seq: int) -> Msg | None: ...
+
+    def load_next(self, start_seq: int, filters: Sequence[str]) -> Msg | None:
+        """The first message with seq >= start_seq matching any filter (all when empty)."""
+        ...
+
+    def last_seq_matching(self, filters: Sequence[str]) -> int: ...
+
+    def last_seqs_per_subject(self, filters: Sequence[str]) -> list[int]:
+        """Sorted sequences of the last message of every subject matching the filters."""
+        ...
+
+    def num_pending(
+        self, start_seq: int, filters: Sequence[str], last_per_subject: bool
+    ) -> int: ...
+
+    def seq_for_time(self, ts_ns: int) -> int:
+        """The first sequence stored at or after ts_ns (last_seq + 1 when none)."""
+        ...
+
+    def fingerprint(self) -> tuple[int, int, int]:
+        """Changes whenever the stored set changes (first_seq, last_seq, msgs)."""
+        ...
+
+
+# --- entries (the replicated operations) ---------------------------------------------------
+
+
+class Start(NamedTuple):
+    """The consumer starts at stream sequence ``sseq`` (nothing below it is for us)."""
+
+    sseq: int
+
+
+class Delivered(NamedTuple):
+    """Stream seq ``sseq`` went out as consumer seq ``dseq``, delivery number ``dc``."""
+
+    dseq: int
+    sseq: int
+    dc: int
+    ts_ns: int
+
+
+class Acked(NamedTuple):
+    """+ACK / +NXT / +TERM (``term``) / AckAll: ``dseq`` is the ack subject's consumer seq."""
+
+    sseq: int
+    dseq: int
+    term: bool = False
+
+
+class Nakked(NamedTuple):
+    """-NAK: the pending timestamp becomes ``pending_ts_ns`` (redelivery due ack_wait later)."""
+
+    sseq: int
+    pending_ts_ns: int
+    delayed: bool
+
+
+class Progress(NamedTuple):
+    """+WPI: restart the ack timer of ``sseq`` at ``ts_ns``."""
+
+    sseq: int
+    ts_ns: int
+
+
+class Dropped(NamedTuple):
+    """``sseq`` left the stream (limits, purge, delete) while pending: forget it."""
+
+    sseq: int
+
+
+class Exhausted(NamedTuple):
+    """``sseq`` reached max_deliver: stop tracking it (redelivered count is kept)."""
+
+    sseq: int
+    dc: int
+
+
+Entry = Start | Delivered | Acked | Nakked | Progress | Exhausted | Dropped
+
+_ENTRY_TYPES: tuple[type[Entry], ...] = (
+    Start,
+    Delivered,
+    Acked,
+    Nakked,
+    Progress,
+    Exhausted,
+    Dropped,
+)
+_TAGS = {t: i for i, t in enumerate(_ENTRY_TYPES)}
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """Bytes for a log: msgpack ``[tag, *fields]``."""
+    return msgspec.msgpack.encode([_TAGS[type(entry)], *entry])
+
+
+def decode_entry(blob: bytes) -> Entry:
+    """The entry ``encode_entry`` produced (ValueError on anything else)."""
+    try:
+        tag, *fields = msgspec.msgpack.decode(blob)
+        entry: Entry = _ENTRY_TYPES[tag](*fields)
+        return entry
+    except (msgspec.DecodeError, TypeError, ValueError, IndexError) as exc:
+        raise ValueError(f"not a consumer entry: {exc}") from None
+
+
+class Candidate(NamedTuple):
+    """What the leader should deliver next (then propose ``Delivered``)."""
+
+    msg: Msg
+    dc: int
+
+
+@dataclass(slots=True)
+class Pending:
+    dseq: int
+    ts_ns: int
+
+
+@dataclass(slots=True)
+class SeqPair:
+    consumer_seq: int = 0
+    stream_seq: int = 0
+
+
+@dataclass(slots=True)
+class ReplicatedState:
+    """Exactly what a replica holds and what is persisted."""
+
+    delivered: SeqPair = field(default_factory=SeqPair)
+    ack_floor: SeqPair = field(default_factory=SeqPair)
+    pending: dict[int, Pending] = field(default_factory=dict)
+    redelivered: dict[int, int] = field(default_factory=dict)  # sseq -> deliveries - 1
+
+
+class ConsumerCore:
+    """A consumer's state machine plus the leader's delivery cursor."""
+
+    def __init__(self, stream: str, name: str, cfg: ConsumerConfig, created_ns: int) -> None:
+        self.stream = stream
+        self.name = name
+        self.cfg = cfg
+        self.created_ns = created_ns
+        self.state = ReplicatedState()
+        # Leader-local.
+        self.sseq = 1  # next stream sequence to look at
+        self.dseq = 1  # next consumer sequence
+        self.rdq: list[int] = []
+        self._rdq_set: set[int] = set()
+        self.lss: list[int] = []  # last-per-subject sequences still to deliver
+        self.lss_resume = 0
+        self._lss_taken = 0
+        self.npc = 0  # running num_pending
+        self._npc_fp: tuple[int, int, int] | None = None
+        self._npc_cursor = -1
+        self.last_delivered_ns = 0
+        self.last_ack_ns = 0
+        self._set_filters(cfg)
+
+    # --- config --------------------------------------------------------------------------
+
+    def _set_filters(self, cfg: ConsumerConfig) -> None:
+        self.filters: tuple[str, ...] = cfg.filters
+        self._literal_filters = frozenset(f for f in self.filters if "*" not in f and ">" not in f)
+        self._wild_filters = tuple(f for f in self.filters if f not in self._literal_filters)
+        self.max_deliver = max(cfg.max_deliver, 0)
+
+    def update_config(self, cfg: ConsumerConfig) -> None:
+        filters_changed = cfg.filters != self.cfg.filters
+        self.cfg = cfg
+        self._set_filters(cfg)
+        if filters_changed:
+            self._npc_fp = None
+
+    def matches(self, subject: str) -> bool:
+        if not self.filters:
+            return True
+        if subject in self._literal_filters:
+            return True
+        return any(subject_matches(f, subject) for f in self._wild_filters)
+
+    # --- start and restore (leader) -------------------------------------------------------
+
+    def select_start(self, src: MsgSource) -> Start:
+        """nats-server's selectStartingSeqNo; may prepare the last-per-subject skip list."""
+        cfg = self.cfg
+        first, last = src.bounds()
+        self.lss, self.lss_resume = [], 0
+        if cfg.opt_start_seq:
+            sseq = cfg.opt_start_seq
+        elif cfg.deliver_policy == "all":
+            sseq = first
+        elif cfg.deliver_policy == "last":
+            sseq = src.last_seq_matching(self.filters) if self.filters else last
+        elif cfg.deliver_policy == "last_per_subject":
+            seqs = src.last_seqs_per_subject(self.filters)
+            if seqs:
+                self.lss, self.lss_resume = list(seqs), last + 1
+                sseq = seqs[0]
+            else:
+                sseq = last + 1
+        elif cfg.deliver_policy == "by_start_time" and cfg.opt_start_time is not None:
+            sseq = src.seq_for_time(parse_rfc3339_ns(cfg.opt_start_time))
+        else:  # new
+            sseq = last + 1
+        if first == 0 and not cfg.opt_start_seq:
+            sseq = 1
+        elif sseq > last and not cfg.opt_start_seq:
+            sseq = last + 1
+        elif sseq < first:
+            sseq = first
+        return Start(max(sseq, 1))
+
+    def restore_cursor(self) -> None:
+        """Leader-local state from replicated state (new leader, or after a restart)."""
+        st = self.state
+        self.sseq = st.delivered.stream_seq + 1
+        self.dseq = st.delivered.consumer_seq + 1
+        self.rdq, self._rdq_set = [], set()
+        self.lss, self.lss_resume = [], 0
+        self._npc_fp = None
+
+    # --- apply -----------------------------------------------------------------------------
+
+    def apply(self, entry: Entry) -> list[int]:
+        """Apply one replicated entry. Returns stream sequences this consumer no longer needs
+        (the stream uses them for interest / workqueue retention)."""
+        if isinstance(entry, Delivered):
+            return self._apply_delivered(entry)
+        if isinstance(entry, Acked):
+            return self._apply_acked(entry)
+        if isinstance(entry, Nakked):
+            p = self.state.pending.get(entry.sseq)
+            if p is not None:
+                p.ts_ns = entry.pending_ts_ns
+            return []
+        if isinstance(entry, Progress):
+            p = self.state.pending.get(entry.sseq)
+            if p is not None:
+                p.ts_ns = entry.ts_ns
+            return []
+        if isinstance(entry, Exhausted):
+            return self._apply_exhausted(entry)
+        if isinstance(entry, Dropped):
+            return self._apply_dropped(entry)
+        return self._apply_start(entry)
+
+    def _apply_start(self, entry: Start) -> list[int]:
+        st = self.state
+        st.delivered.stream_seq = entry.sseq - 1
+        st.ack_floor.stream_seq = entry.sseq - 1
+        self.sseq = entry.sseq
+        self._npc_fp = None
+        return []
+
+    def _apply_delivered(self, e: Delivered) -> list[int]:
+        st = self.state
+        if e.dseq >= self.dseq:
+            self.dseq = e.dseq + 1
+        if e.sseq >= self.sseq and e.dc == 1 and not self.lss:
+            self.sseq = e.sseq + 1
+        self.last_delivered_ns = e.ts_ns
+        if e.dseq <= st.ack_floor.consumer_seq:
+            return []
+        if self.cfg.ack_policy == "none":
+            if e.dseq > st.delivered.consumer_seq:
+                st.delivered.consumer_seq = st.ack_floor.consumer_seq = e.dseq
+            if e.sseq > st.delivered.stream_seq:
+                st.delivered.stream_seq = st.ack_floor.stream_seq = e.sseq
+            return [e.sseq]
+        if e.sseq <= st.delivered.stream_seq:
+            p = st.pending.get(e.sseq)
+            if p is not None:
+                p.ts_ns = e.ts_ns  # a redelivery keeps its original consumer sequence
+        else:
+            st.pending[e.sseq] = Pending(e.dseq, e.ts_ns)
+        if e.dseq > st.delivered.consumer_seq:
+            st.delivered.consumer_seq = e.dseq
+        if e.sseq > st.delivered.stream_seq:
+            st.delivered.stream_seq = e.sseq
+        if e.dc > 1 and st.redelivered.get(e.sseq, 0) < e.dc - 1:
+            st.redelivered[e.sseq] = e.dc - 1
+        return []
+
+    def _apply_acked(self, e: Acked) -> list[int]:
+        st = self.state
+        policy = self.cfg.ack_policy
+        if policy == "none":
+            return []
+        self._rdq_discard(e.sseq)
+        st.redelivered.pop(e.sseq, None)
+        if e.dseq <= st.ack_floor.consumer_seq and policy == "all":
+            return []
+        if policy == "all":
+            if e.sseq <= st.ack_floor.stream_seq:
+                return []
+            done = [s for s in st.pending if s <= e.sseq]
+            for s in done:
+                del st.pending[s]
+                st.redelivered.pop(s, None)
+                self._rdq_discard(s)
+            st.ack_floor.consumer_seq = max(e.dseq, st.ack_floor.consumer_seq)
+            st.ack_floor.stream_seq = e.sseq
+            if e.sseq not in done:
+                done.append(e.sseq)
+            return sorted(done)
+        p = st.pending.pop(e.sseq, None)
+        if p is None:
+            # Not pending (already acked, or never delivered): the stream re-checks anyway.
+            return [e.sseq] if e.sseq <= st.delivered.stream_seq else []
+        self._move_ack_floor(p.dseq, e.sseq)
+        return [e.sseq]
+
+    def _move_ack_floor(self, dseq: int, sseq: int) -> None:
+        st = self.state
+        if not st.pending:
+            st.ack_floor.consumer_seq = st.delivered.consumer_seq
+            st.ack_floor.stream_seq = st.delivered.stream_seq
+            return
+        if dseq != st.ack_floor.consumer_seq + 1:
+            return
+        st.ack_floor.consumer_seq, st.ack_floor.stream_seq = dseq, sseq
+        # The floor rises to just below the oldest message still pending. Acks mostly come
+        # in order, so look just above first and only scan everything when that fails.
+        oldest = 0
+        for s in range(sseq + 1, min(sseq + 64, st.delivered.stream_seq + 1)):
+            if s in st.pending:
+                oldest = s
+                break
+        if not oldest:
+            oldest = min(st.pending)
+        p = st.pending[oldest]
+        if p.dseq > 0:
+            st.ack_floor.consumer_seq = p.dseq - 1
+            st.ack_floor.stream_seq = oldest - 1
+
+    def _apply_exhausted(self, e: Exhausted) -> list[int]:
+        st = self.state
+        self._rdq_discard(e.sseq)
+        p = st.pending.pop(e.sseq, None)
+        # Keep the redelivered record: interest streams keep such messages (nats-server).
+        st.redelivered[e.sseq] = max(st.redelivered.get(e.sseq, 0), e.dc - 1)
+        if p is not None:
+            self._move_ack_floor(p.dseq, e.sseq)
+        return []
+
+    def _apply_dropped(self, e: Dropped) -> list[int]:
+        st = self.state
+        self._rdq_discard(e.sseq)
+        st.redelivered.pop(e.sseq, None)
+        p = st.pending.pop(e.sseq, None)
+        if p is not None:
+            self._move_ack_floor(p.dseq, e.sseq)
+        return []
+
+    # --- leader: choosing what to deliver --------------------------------------------------
+
+    def next_step(self, src: MsgSource) -> Candidate | Dropped | Exhausted | None:
+        """The next thing the leader should do: deliver a candidate, or propose an entry
+        (a redelivery whose message vanished is terminated; one over max_deliver exhausted).
+        None: nothing to deliver now (caught up, or max_ack_pending reached)."""
+        st = self.state
+        while self.rdq:
+            seq = self.rdq.pop(0)
+            self._rdq_set.discard(seq)
+            p = st.pending.get(seq)
+            if p is None:
+                continue
+            dc = st.redelivered.get(seq, 0) + 2
+            if self.max_deliver and dc > self.max_deliver:
+                return Exhausted(seq, dc - 1)
+            msg = src.load(seq)
+            if msg is None:
+                return Dropped(seq)
+            return Candidate(msg, dc)
+        if self.cfg.max_ack_pending > 0 and len(st.pending) >= self.cfg.max_ack_pending:
+            return None
+        while self.lss:
+            seq = self.lss.pop(0)
+            if not self.lss:
+                # Skip list done: resume after what the stream held when we started.
+                self.sseq = self.lss_resume
+            msg = src.load(seq)
+            if msg is not None:
+                self.npc -= 1
+                self._lss_taken = seq
+                return Candidate(msg, 1)
+        # Unfiltered and in sequence is the common case: a direct load skips the filter work.
+        msg = None if self.filters else src.load(self.sseq)
+        if msg is None:
+            msg = src.load_next(self.sseq, self.filters)
+            if msg is None:
+                return None
+        self.npc -= 1
+        return Candidate(msg, 1)
+
+    def requeue(self, cand: Candidate) -> None:
+        """A candidate from next_step was not delivered after all: put it back."""
+        seq = cand.msg.seq
+        if cand.dc > 1:
+            if seq not in self._rdq_set:
+                self.rdq.insert(0, seq)
+                self._rdq_set.add(seq)
+            return
+        self.npc += 1
+        if seq == self._lss_taken:
+            if not self.lss:
+                self.sseq = seq
+            self.lss.insert(0, seq)
+        self._lss_taken = 0
+
+    def nak_now(self, sseq: int) -> None:
+        """Leader side of an undelayed -NAK: redeliver as soon as possible."""
+        if sseq in self.state.pending and sseq not in self._rdq_set:
+            self.rdq.append(sseq)
+            self._rdq_set.add(sseq)
+
+    def _rdq_discard(self, seq: int) -> None:
+        if seq in self._rdq_set:
+            self._rdq_set.discard(seq)
+            self.rdq.remove(seq)
+
+    def has_redeliveries(self) -> bool:
+        return bool(self.rdq)
+
+    # --- leader: ack timers ----------------------------------------------------------------
+
+    def deadline_ns(self, sseq: int, p: Pending) -> int:
+        """When ``sseq`` (pending) is due for redelivery."""
+        wait = self.cfg.ack_wait
+        if self.cfg.backoff:
+            idx = min(self.state.redelivered.get(sseq, 0), len(self.cfg.backoff) - 1)
+            wait = self.cfg.backoff[idx]
+        return p.ts_ns + wait
+
+    def check_pending(self, now_ns: int) -> tuple[list[Exhausted], int | None]:
+        """Queue every pending message whose ack wait ran out; those that used up
+        max_deliver come back as entries to propose. Returns (entries, next deadline)."""
+        if self.cfg.ack_policy == "none" or self.cfg.ack_wait <= 0:
+            return [], None
+        expired: list[int] = []
+        exhausted: list[Exhausted] = []
+        next_due: int | None = None
+        for seq, p in self.state.pending.items():
+            due = self.deadline_ns(seq, p)
+            if due <= now_ns:
+                if seq in self._rdq_set:
+                    continue
+                dc = self.state.redelivered.get(seq, 0) + 1
+                if self.max_deliver and dc >= self.max_deliver:
+                    exhausted.append(Exhausted(seq, dc))
+                else:
+                    expired.append(seq)
+            elif next_due is None or due < next_due:
+                next_due = due
+        expired.sort()
+        for seq in expired:
+            self.rdq.append(seq)
+            self._rdq_set.add(seq)
+        return exhausted, next_due
+
+    # --- leader: counting ------------------------------------------------------------------
+
+    def num_pending(self, src: MsgSource) -> int:
+        """Stream messages for us beyond the cursor (exact; recounted when the store changed)."""
+        fp = src.fingerprint()
+        if fp != self._npc_fp or self._npc_cursor > self.sseq:
+            self.recount(src)
+            self._npc_fp = fp
+        return max(self.npc, 0)
+
+    def recount(self, src: MsgSource) -> None:
+        lps = self.cfg.deliver_policy == "last_per_subject"
+        if self.lss:
+            # Still walking the skip list: what is left of it plus everything after it.
+            self.npc = len(self.lss) + src.num_pending(self.lss_resume, self.filters, lps)
+        else:
+            self.npc = src.num_pending(self.sseq, self.filters, lps)
+        self._npc_cursor = self.sseq
+
+    def on_stored(self, seq: int, subject: str) -> None:
+        """A new message was stored in the stream (keeps the running count exact)."""
+        if seq >= self.sseq and self.matches(subject) and self._npc_fp is not None:
+            self.npc += 1
+            fp = self._npc_fp
+            self._npc_fp = (fp[0] or seq, seq, fp[2] + 1)
+
+    # --- retention -------------------------------------------------------------------------
+
+    def needs_ack(self, sseq: int, subject: str) -> bool:
+        """Does this consumer still need stream message ``sseq`` (interest retention)?"""
+        if self.filters and not self.matches(subject):
+            return False
+        st = self.state
+        need = False
+        if sseq > st.ack_floor.stream_seq:
+            if self.cfg.ack_policy != "explicit":
+                need = True
+            else:
+                need = sseq >= self.sseq or sseq in st.pending
+        return need or sseq in st.redelivered
+
+    def on_removed(self, seqs: Iterable[int]) -> list[Dropped]:
+        """Stream messages are gone (limits, delete, retention): pending ones are dropped."""
+        st = self.state
+        out = []
+        for seq in seqs:
+            if seq in st.pending:
+                out.append(Dropped(seq))
+            else:
+                st.redelivered.pop(seq, None)
+        return out
+
+    def purged(self, first_seq: int, src: MsgSource | None = None) -> list[Dropped]:
+        """The stream was purged (everything below ``first_seq`` and, with ``src``, whatever
+        else vanished): pending messages that are gone are dropped, the cursor moves past."""
+        st = self.state
+        out = [
+            Dropped(s)
+            for s in sorted(st.pending)
+            if s < first_seq or (src is not None and src.load(s) is None)
+        ]
+        for s in [s for s in st.redelivered if s < first_seq and s not in st.pending]:
+            del st.redelivered[s]
+        if self.sseq < first_seq and not self.lss:
+            self.sseq = first_seq
+        self._npc_fp = None
+        return out
+
+    def purge_floor(self, first_seq: int) -> None:
+        """After a purge left nothing pending: the floors follow the cursor (nats-server)."""
+        st = self.state
+        if st.pending:
+            return
+        floor = max(st.ack_floor.stream_seq, min(self.sseq, first_seq) - 1)
+        st.ack_floor.stream_seq = floor
+        st.ack_floor.consumer_seq = st.delivered.consumer_seq
+        if st.delivered.stream_seq < floor:
+            st.delivered.stream_seq = floor
+
+    # --- info ------------------------------------------------------------------------------
+
+    @property
+    def num_ack_pending(self) -> int:
+        return len(self.state.pending)
+
+    @property
+    def num_redelivered(self) -> int:
+        # With max_deliver 1 redeliveries are off; nats-server does not report the count.
+        if self.cfg.max_deliver == 1:
+            return 0
+        return len(self.state.redelivered)
+
+    def ack_reply(self, sseq: int, dseq: int, dc: int, ts_ns: int, pending: int) -> str:
+        return f"$JS.ACK.{self.stream}.{self.name}.{dc}.{sseq}.{dseq}.{ts_ns}.{pending}"

@@ -1,0 +1,238 @@
+"""DIRECT.GET: raw-message reads of a stream, served when the stream has ``allow_direct``.
+
+``DIRECT.GET.<stream>`` takes a JSON body (``seq`` / ``last_by_subj`` / ``next_by_subj``,
+batch forms with ``batch``/``max_bytes``, ``multi_last`` with ``up_to_seq``/``up_to_time``);
+``DIRECT.GET.<stream>.<subject...>`` answers the last message on that subject (KV get).
+Answers are the stored message with ``Nats-Stream``, ``Nats-Subject``, ``Nats-Sequence`` and
+``Nats-Time-Stamp`` headers added, batch forms end with a ``204 EOB`` status; problems are
+bare statuses (404 Message Not Found, 408 Empty/Malformed/Bad Request). A stream without
+direct get has no responder at all, so the requester sees 503.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+import msgspec
+
+from jetraft.jetstream.api import RawReply, StatusReply
+from jetraft.jetstream.models import format_time, parse_time
+from jetraft.jetstream.store.types import StoredMsg
+from jetraft.jetstream.stream import Stream
+from jetraft.protocol.headers import encode_headers, parse_headers
+
+MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
+
+
+class MsgGetRequest(msgspec.Struct, forbid_unknown_fields=True):
+    seq: int = 0
+    last_by_subj: str = ""
+    next_by_subj: str = ""
+    batch: int = 0
+    max_bytes: int = 0
+    start_time: str | None = None
+    multi_last: list[str] | None = None
+    up_to_seq: int = 0
+    up_to_time: str | None = None
+    no_hdr: bool = False
+
+
+class _LenientMsgGet(MsgGetRequest, forbid_unknown_fields=False):
+    """DIRECT.GET decodes leniently (nats-server uses plain json.Unmarshal there)."""
+
+
+def load_one(stream: Stream, req: MsgGetRequest, start_ns: int | None) -> StoredMsg | None:
+    store = stream.store
+    seq = store.seq_for_time(start_ns) if start_ns is not None else req.seq
+    if seq > 0 and not req.next_by_subj:
+        return store.load(seq)
+    if req.next_by_subj:
+        return store.load_next(max(seq, 1), req.next_by_subj)
+    return store.load_last(req.last_by_subj)
+
+
+def _status(code: int, description: str) -> RawReply:
+    return RawReply(encode_headers((), status=code, description=description), b"")
+
+
+class StreamsContext(Protocol):
+    @property
+    def streams(self) -> Mapping[str, Stream]: ...
+
+
+def _direct_stream(ctx: StreamsContext, name: str) -> Stream | None:
+    stream = ctx.streams.get(name)
+    if stream is None or not stream.config.allow_direct:
+        return None
+    return stream
+
+
+def handle_direct_get(ctx: StreamsContext, subject: str, reply: str, data: bytes) -> Any:
+    """``DIRECT.GET.<stream>`` with a JSON body. Answers are raw messages, not JSON; a stream
+    without direct get has no responder at all (the requester sees 503)."""
+    stream = _direct_stream(ctx, _stream_token(subject))
+    if stream is None:
+        return StatusReply(503)
+    if not reply:
+        return None
+    if not data.strip():
+        return _status(408, "Empty Request")
+    try:
+        req = msgspec.json.decode(data, type=_LenientMsgGet)
+        start_ns = parse_time(req.start_time) if req.start_time else None
+        up_to_ns = parse_time(req.up_to_time) if req.up_to_time else None
+    except (msgspec.DecodeError, ValueError):
+        return _status(408, "Malformed Request")
+    if (
+        req.seq == 0
+        and not req.last_by_subj
+        and not req.next_by_subj
+        and not req.multi_last
+        and start_ns is None
+    ):
+        return _status(408, "Empty Request")
+    if (
+        (req.seq > 0 and req.last_by_subj)
+        or (req.seq > 0 and start_ns is not None)
+        or (start_ns is not None and req.last_by_subj)
+        or (req.last_by_subj and req.next_by_subj)
+        or (req.last_by_subj and req.batch > 0)
+        or (req.last_by_subj and req.multi_last)
+        or (req.next_by_subj and req.multi_last)
+        or (req.up_to_seq > 0 and up_to_ns is not None)
+    ):
+        return _status(408, "Bad Request")
+    return direct_answer(stream, req, start_ns, up_to_ns)
+
+
+def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: bytes) -> Any:
+    """``DIRECT.GET.<stream>.<subject...>``: the last message on that subject (KV get)."""
+    stream = _direct_stream(ctx, _stream_token(subject))
+    if stream is None:
+        return StatusReply(503)
+    if not reply:
+        return None
+    req = _LenientMsgGet()
+    if data.strip():
+        try:
+            req = msgspec.json.decode(data, type=_LenientMsgGet)
+        except msgspec.DecodeError:
+            return _status(408, "Malformed Request")
+    key = subject.split(".", 5)[5] if subject.count(".") >= 5 else ""
+    if not key:
+        return _status(408, "Bad Request")
+    if (
+        req.last_by_subj
+        or req.next_by_subj
+        or req.multi_last
+        or req.seq
+        or req.batch
+        or req.start_time
+        or req.up_to_seq
+        or req.up_to_time
+    ):
+        return _status(408, "Bad Request")
+    req.last_by_subj = key
+    return direct_answer(stream, req, None, None)
+
+
+def _direct_headers(
+    stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()
+) -> bytes:
+    items: list[tuple[str, str]] = []
+    description = ""
+    status: int | None = None
+    if msg.headers:
+        try:
+            parsed = parse_headers(msg.headers)
+            items.extend(parsed.items)
+            status, description = parsed.status, parsed.description
+        except ValueError:
+            pass
+    items.extend(
+        (
+            ("Nats-Stream", stream.name),
+            ("Nats-Subject", msg.subject),
+            ("Nats-Sequence", str(msg.seq)),
+            ("Nats-Time-Stamp", format_time(msg.ts_ns)),
+        )
+    )
+    items.extend(extra)
+    return encode_headers(items, status=status, description=description)
+
+
+def direct_answer(
+    stream: Stream, req: MsgGetRequest, start_ns: int | None, up_to_ns: int | None
+) -> RawReply | list[RawReply]:
+    """One message, or for batch / multi_last forms a list ending with a 204 EOB status."""
+    store = stream.store
+    if req.multi_last:
+        return _direct_multi(stream, req, up_to_ns)
+    seq = store.seq_for_time(start_ns) if start_ns is not None else req.seq
+    if req.batch <= 0:
+        msg = load_one(stream, req, start_ns)
+        if msg is None:
+            return _status(404, "Message Not Found")
+        hdr = None if req.no_hdr else _direct_headers(stream, msg)
+        return RawReply(hdr, msg.data)
+    pending = store.num_pending(max(seq, 1), req.next_by_subj or None)
+    out: list[RawReply] = []
+    cursor = max(seq, 1)
+    sent_bytes = 0
+    last = 0
+    limit_bytes = req.max_bytes or MAX_DIRECT_BATCH_BYTES
+    for _ in range(req.batch):
+        msg = store.load_next(cursor, req.next_by_subj or None)
+        if msg is None:
+            break
+        cursor = msg.seq + 1
+        pending = max(pending - 1, 0)
+        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
+        hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
+        out.append(RawReply(hdr, msg.data))
+        last = msg.seq
+        sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
+        if sent_bytes >= limit_bytes:
+            break
+    if not out:
+        return _status(404, "Message Not Found")
+    eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
+    out.append(RawReply(encode_headers(eob, status=204, description="EOB"), b""))
+    return out
+
+
+def _direct_multi(
+    stream: Stream, req: MsgGetRequest, up_to_ns: int | None
+) -> RawReply | list[RawReply]:
+    store = stream.store
+    up_to = req.up_to_seq or store.bounds()[1]
+    if up_to_ns is not None:
+        up_to = store.seq_for_time(up_to_ns) - 1
+    seqs = [s for s in store.last_seqs_per_subject(req.multi_last or []) if s <= up_to]
+    if req.batch > 0:
+        seqs = seqs[: req.batch]
+    out: list[RawReply] = []
+    last = 0
+    for i, seq in enumerate(seqs):
+        msg = store.load(seq)
+        if msg is None:
+            continue
+        extra = (("Nats-Num-Pending", str(len(seqs) - i - 1)), ("Nats-Last-Sequence", str(last)))
+        hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
+        out.append(RawReply(hdr, msg.data))
+        last = msg.seq
+    if not out:
+        return _status(404, "Message Not Found")
+    eob = (
+        ("Nats-Num-Pending", "0"),
+        ("Nats-Last-Sequence", str(last)),
+        ("Nats-UpTo-Sequence", str(up_to)),
+    )
+    out.append(RawReply(encode_headers(eob, status=204, description="EOB"), b""))
+    return out
+
+
+def _stream_token(subject: str) -> str:
+    toks = subject.split(".", 5)
+    return toks[4] if len(toks) > 4 else ""

@@ -1,0 +1,92 @@
+"""Small shared pieces of the JetStream wire model: times, and JSON helpers.
+
+Go encodes ``time.Time`` as RFC 3339 with nanoseconds and trailing zeros trimmed, and the zero
+time as ``0001-01-01T00:00:00Z``; durations are integer nanoseconds. nats-py parses times by
+replacing ``Z`` and splitting on ``+``, so we always emit UTC with ``Z``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+
+ZERO_TIME = "0001-01-01T00:00:00Z"
+NS_PER_S = 1_000_000_000
+
+_RFC3339_RE = re.compile(
+    r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
+    r"(?:([Zz])|([+-])(\d{2}):(\d{2}))$"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def format_time(ns: int) -> str:
+    """Nanoseconds since the epoch as Go's RFC3339Nano in UTC; 0 is Go's zero time."""
+    if ns <= 0:
+        return ZERO_TIME
+    secs, frac = divmod(ns, NS_PER_S)
+    text = datetime.fromtimestamp(secs, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    if frac:
+        text += "." + f"{frac:09d}".rstrip("0")
+    return text + "Z"
+
+
+def parse_time(text: str) -> int:
+    """An RFC 3339 time as nanoseconds since the epoch (ValueError when malformed)."""
+    m = _RFC3339_RE.match(text)
+    if m is None:
+        raise ValueError(f'parsing time "{text}" as RFC 3339 failed')
+    year, mon, day, hh, mm, ss = (int(m.group(i)) for i in range(1, 7))
+    frac = (m.group(7) or "").ljust(9, "0")
+    base = datetime(year, mon, day, hh, mm, ss, tzinfo=UTC)
+    offset_s = 0
+    if m.group(9):
+        sign = 1 if m.group(9) == "+" else -1
+        offset_s = sign * (int(m.group(10)) * 3600 + int(m.group(11)) * 60)
+    delta = base - _EPOCH
+    return (delta.days * 86400 + delta.seconds - offset_s) * NS_PER_S + int(frac)
+
+
+_ENCODER = msgspec.json.Encoder()
+
+
+def encode_json(obj: Any) -> bytes:
+    return _ENCODER.encode(obj)
+
+
+_GO_TYPE = {
+    "str": "string",
+    "int": "number",
+    "float": "number",
+    "bool": "bool",
+    "array": "array",
+    "object": "object",
+    "null": "null",
+}
+_UNKNOWN_RE = re.compile(r"Object contains unknown field `([^`]*)`")
+_EXPECTED_RE = re.compile(r"Expected `([^`]*)`, got `([^`]*)`(?: - at `\$\.?([^`]*)`)?")
+
+
+def go_json_error(exc: Exception, struct_name: str) -> str:
+    """Word a msgspec decode error the way Go's encoding/json does (nats-server's texts)."""
+    text = str(exc)
+    m = _UNKNOWN_RE.search(text)
+    if m is not None:
+        return f'json: unknown field "{m.group(1)}"'
+    m = _EXPECTED_RE.search(text)
+    if m is not None:
+        want, got, path = m.group(1), m.group(2), m.group(3) or ""
+        got_go = _GO_TYPE.get(got, got)
+        if not path:
+            return f"json: cannot unmarshal {got_go} into Go value of type server.{struct_name}"
+        want_go = {"int": "int64", "str": "string", "bool": "bool"}.get(want, want)
+        return (
+            f"json: cannot unmarshal {got_go} into Go struct field "
+            f"{struct_name}.{path} of type {want_go}"
+        )
+    if "JSON is malformed" in text or "truncated" in text or "Input data" in text:
+        return f"invalid character in JSON ({text})"
+    return text

@@ -1,0 +1,559 @@
+"""The file stream store: append-only, checksummed block files plus the in-memory index.
+
+Layout of a stream directory::
+
+    LOCK                    flock'd while a FileStore has the directory open
+    msgs/blk.00000001.dat   block files, appended to in order, rotated at ``block_size``
+
+Messages stay on disk; memory holds only the index (about 36 bytes per message: subject id,
+timestamp, size, location, record length, plus the per-subject sequence list) and reads use
+``os.pread`` with a read-ahead when access is sequential.
+
+Durability: records go to a write buffer; ``flush()`` writes it to the OS, ``sync()`` writes
+and fdatasyncs it: one fsync covers everything stored, removed or purged since the previous
+``sync()`` (group commit). Removals are recorded as DEL records and bulk removals from the
+front as one FLOOR record, both batched at flush time. A block is fsync'd before the next one
+is created. Nothing is durable before ``sync()``; with a lazy ``sync_interval`` the caller
+calls ``sync()`` on its timer and the loss window is that interval.
+
+Space: a sealed block is unlinked once every sequence it refers to is below the first
+sequence; at every block rotation the sealed block with the least live data (under half) is
+rewritten with only its live messages (tmp file + rename), which bounds the space of KV-style
+streams whose old revisions die all over the place.
+
+Opening never deletes stream data (see ``_recovery``): a torn tail of the last block is
+truncated and reported in ``truncated``; any other bad record raises ``StoreCorruption``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import zlib
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable
+
+from jetraft.jetstream.store import _records as rec
+from jetraft.jetstream.store._base import BaseStore
+from jetraft.jetstream.store._blocks import (
+    OFF_BITS,
+    OFF_MASK,
+    Block,
+    ReadFds,
+    block_name,
+    fdatasync,
+    fsync_dir,
+    write_all,
+)
+from jetraft.jetstream.store._index import SeqIndex
+from jetraft.jetstream.store._recovery import (
+    MSGS_DIR,
+    OLD_DIR,
+    RESTORE_DIR,
+    RESTORE_DONE,
+    recover,
+    settle_restore,
+)
+from jetraft.jetstream.store.types import (
+    Limits,
+    StoreCorruption,
+    StoredMsg,
+    StoreError,
+    file_msg_size,
+)
+
+DEFAULT_BLOCK_SIZE = 8 << 20
+FLUSH_BYTES = 1 << 20  # write the buffer to the OS once it holds this much
+READ_AHEAD = 128 << 10
+
+
+class FileStore(BaseStore):
+    """A stream store in ``directory`` (created if missing). Raises ``StoreCorruption`` when
+    the directory holds damaged records, ``StoreError`` when another store has it open."""
+
+    _size_of = staticmethod(file_msg_size)
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        limits: Limits | None = None,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        read_ahead: int = READ_AHEAD,
+    ) -> None:
+        super().__init__(limits or Limits(), file_mode=True)
+        self._root = os.fspath(directory)
+        self._msgs_dir = os.path.join(self._root, MSGS_DIR)
+        self._block_size = block_size
+        self._read_ahead = read_ahead
+        self._failed: BaseException | None = None
+        self.truncated: list[tuple[str, int, int]] = []
+        os.makedirs(self._root, exist_ok=True)
+        self._lock_fd = os.open(os.path.join(self._root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock_fd)
+            raise StoreError(f"stream store {self._root} is in use by another store") from None
+        try:
+            self._open()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    @property
+    def directory(self) -> str:
+        return self._root
+
+    # --- opening ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        settle_restore(self._root)
+        created = not os.path.isdir(self._msgs_dir)
+        os.makedirs(self._msgs_dir, exist_ok=True)
+        if created:
+            fsync_dir(self._root)
+        self._ix = SeqIndex(True)
+        blocks, self.truncated = recover(self._msgs_dir, self._ix)
+        self._blocks: dict[int, Block] = {b.idx: b for b in blocks}
+        self._fds = ReadFds()
+        self._wbuf = bytearray()
+        self._pending_dels: list[int] = []
+        self._floor_written = self._ix.first
+        self._last_covered = self._ix.last
+        self._unsynced = False
+        self._dir_dirty = False
+        self._rcache: tuple[int, int, memoryview] | None = None
+        self._last_end = (0, 0)
+        if blocks:
+            self._active = blocks[-1]
+            self._wfd = os.open(self._active.path, os.O_RDWR | os.O_APPEND)
+        else:
+            self._new_active(1)
+            fsync_dir(self._msgs_dir)
+            self._dir_dirty = False
+
+    def _new_active(self, idx: int) -> None:
+        block = Block(idx, os.path.join(self._msgs_dir, block_name(idx)))
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL
+        self._wfd = os.open(block.path, flags, 0o644)
+        self._blocks[idx] = block
+        self._active = block
+        self._dir_dirty = True
+
+    def _check(self) -> None:
+        super()._check()
+        if self._failed is not None:
+            raise StoreError(f"stream store {self._root} failed: {self._failed}")
+
+    def _fail(self, exc: BaseException) -> StoreError:
+        self._failed = exc
+        return StoreError(f"stream store {self._root} failed: {exc}")
+
+    # --- writing ---------------------------------------------------------------------------
+
+    def _append(
+        self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int, size: int
+    ) -> int:
+        active = self._active
+        buf = self._wbuf
+        off = active.size + len(buf)
+        if off >= self._block_size:
+            self._rotate()
+            active = self._active
+            off = active.size + len(buf)
+        rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data)
+        sid = self._ix.append(seq, subject, ts, size, (active.idx << OFF_BITS) | off, rlen, None)
+        if not active.first_msg:
+            active.first_msg = seq
+        active.last_msg = active.max_ref = seq
+        active.live += 1
+        active.live_bytes += rlen
+        self._last_covered = seq
+        if len(buf) >= FLUSH_BYTES:
+            self._write_out()
+        return sid
+
+    def _before_remove(self, seq: int) -> None:
+        ix = self._ix
+        i = seq - ix.base
+        b = self._blocks.get(ix.locs[i] >> OFF_BITS)
+        if b is not None:
+            b.live -= 1
+            b.live_bytes -= ix.rlens[i]
+            b.settled = False
+        self._pending_dels.append(seq)
+
+    def _compacted(self) -> None:
+        """Blocks straddling the new first seq lost messages without DEL bookkeeping."""
+        first = self._ix.first
+        for b in self._blocks.values():
+            if b.first_msg and b.first_msg >= first:
+                break
+            if b.first_msg:
+                self._recount(b)
+
+    def _recount(self, b: Block) -> None:
+        ix = self._ix
+        b.live = b.live_bytes = 0
+        b.settled = False
+        lo, hi = max(b.first_msg, ix.first), min(b.last_msg, ix.last)
+        sids, locs, rlens, base = ix.sids, ix.locs, ix.rlens, ix.base
+        for i in range(lo - base, hi - base + 1):
+            if sids[i] >= 0 and locs[i] >> OFF_BITS == b.idx:
+                b.live += 1
+                b.live_bytes += rlens[i]
+
+    def _emit_controls(self) -> None:
+        """Append the DEL / FLOOR / SKIP records that describe removals since the last write."""
+        ix, buf, active = self._ix, self._wbuf, self._active
+        if self._pending_dels:
+            first = ix.first
+            seqs = sorted(s for s in self._pending_dels if s >= first)
+            self._pending_dels.clear()
+            if seqs:
+                rec.append_dels(buf, seqs)
+                active.max_ref = max(active.max_ref, seqs[-1])
+                active.has_dels = True
+        if ix.first != self._floor_written:
+            rec.append_control(buf, rec.KIND_FLOOR, ix.first, ix.last_ts)
+            self._floor_written = ix.first
+            active.max_ref = max(active.max_ref, ix.first - 1)
+            self._last_covered = max(self._last_covered, ix.first - 1)
+        if ix.last > self._last_covered:
+            rec.append_control(buf, rec.KIND_SKIP, ix.last, ix.last_ts)
+            self._last_covered = ix.last
+            active.max_ref = max(active.max_ref, ix.last)
+
+    def _write_out(self) -> None:
+        """Write the buffer (and pending control records) to the active block, no fsync."""
+        self._emit_controls()
+        buf = self._wbuf
+        if not buf:
+            return
+        try:
+            write_all(self._wfd, buf)
+        except OSError as e:
+            raise self._fail(e) from e
+        self._active.size += len(buf)
+        buf.clear()
+        self._unsynced = True
+
+    def _rotate(self) -> None:
+        """Seal the active block (written and fsync'd) and start the next one."""
+        self._write_out()
+        try:
+            if self._unsynced:
+                fdatasync(self._wfd)
+                self._unsynced = False
+            os.close(self._wfd)
+            self._new_active(self._active.idx + 1)
+        except OSError as e:
+            raise self._fail(e) from e
+        self._drop_front_blocks()
+        self._compact_some()
+
+    @property
+    def needs_sync(self) -> bool:
+        ix = self._ix
+        return bool(
+            self._wbuf
+            or self._unsynced
+            or self._dir_dirty
+            or self._pending_dels
+            or ix.first != self._floor_written
+            or ix.last > self._last_covered
+        )
+
+    def flush(self) -> None:
+        """Hand everything buffered to the OS (survives a process crash, not a power loss)."""
+        self._check()
+        self._write_out()
+
+    def sync(self) -> None:
+        """Make everything done so far durable: one write and one fdatasync (group commit)."""
+        self._check()
+        self._write_out()
+        try:
+            if self._unsynced:
+                fdatasync(self._wfd)
+                self._unsynced = False
+            self._drop_front_blocks()
+            if self._dir_dirty:
+                fsync_dir(self._msgs_dir)
+                self._dir_dirty = False
+        except OSError as e:
+            raise self._fail(e) from e
+
+    # --- space -----------------------------------------------------------------------------
+
+    def _drop_front_blocks(self) -> None:
+        first = self._ix.first
+        while len(self._blocks) > 1:
+            b = next(iter(self._blocks.values()))
+            if b is self._active or b.max_ref >= first:
+                return
+            self._unlink_block(b)
+
+    def _unlink_block(self, b: Block) -> None:
+        self._fds.drop(b.idx)
+        if self._rcache is not None and self._rcache[0] == b.idx:
+            self._rcache = None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(b.path)
+        del self._blocks[b.idx]
+        self._dir_dirty = True
+        self._unsettle_after(b.idx)
+
+    def _compact_some(self) -> None:
+        """Rewrite the sealed blocks with the smallest live share (under half), reading at
+        most two block sizes per rotation: write amplification stays bounded."""
+        cands = [
+            b
+            for b in self._blocks.values()
+            if b is not self._active and b.size and not b.settled and b.live_bytes * 2 < b.size
+        ]
+        cands.sort(key=lambda b: b.live_bytes / b.size)
+        budget = 2 * self._block_size
+        for b in cands:
+            if budget <= 0:
+                break
+            budget -= b.size
+            self.compact_block(b.idx)
+
+    def compact_block(self, idx: int) -> None:
+        """Rewrite sealed block ``idx`` keeping only what still matters.
+
+        Kept: live messages, DEL targets still physically present in an older block, the
+        current FLOOR and a SKIP at or above it. Everything else in the block is dead or
+        superseded. All control records are durable before this runs (a block is sealed only
+        after its final write and fsync).
+        """
+        self._check()
+        b = self._blocks[idx]
+        if b is self._active:
+            raise StoreError("the active block cannot be compacted")
+        ix = self._ix
+        try:
+            data = os.pread(self._fds.get(b), b.size, 0)
+        except OSError as e:
+            raise self._fail(e) from e
+        out = bytearray()
+        moved: list[tuple[int, int, int]] = []
+        max_ref = 0
+        here = b.idx << OFF_BITS
+        older = [a for a in self._blocks.values() if a.idx < b.idx and a.first_msg]
+        older_lasts = [a.last_msg for a in older]
+        has_dels = False
+
+        def needed(t: int) -> bool:
+            j = bisect_left(older_lasts, t)
+            return t >= ix.first and j < len(older) and older[j].holds(t)
+
+        try:
+            records = list(rec.scan(data))
+        except rec.BadRecord as e:
+            raise StoreCorruption(b.path, e.offset, e.reason) from None
+        with memoryview(data) as mv:
+            for off, kind, rlen, _slen, seq, _ts, _hlen in records:
+                if kind == rec.KIND_MSG:
+                    if ix.is_live(seq) and ix.locs[seq - ix.base] == here | off:
+                        moved.append((seq, len(out), rlen))
+                        out += mv[off : off + rlen]
+                        max_ref = max(max_ref, seq)
+                elif kind == rec.KIND_DEL:
+                    body = mv[off + rec.HDR_SIZE : off + rlen - 4]
+                    keep = [t for t in rec.del_targets(body) if needed(t)]
+                    if keep:
+                        rec.append_dels(out, keep)
+                        max_ref = max(max_ref, keep[-1])
+                        has_dels = True
+                elif seq >= ix.first:  # FLOOR or SKIP still in force
+                    out += mv[off : off + rlen]
+                    max_ref = max(max_ref, seq - 1 if kind == rec.KIND_FLOOR else seq)
+        self._fds.drop(b.idx)
+        if self._rcache is not None and self._rcache[0] == b.idx:
+            self._rcache = None
+        if not out:
+            self._unlink_block(b)
+            return
+        self._replace_block(b, out)
+        for seq, new_off, _ in moved:
+            ix.locs[seq - ix.base] = here | new_off
+        b.size = len(out)
+        b.first_msg = moved[0][0] if moved else 0
+        b.last_msg = moved[-1][0] if moved else 0
+        b.present = array("Q", [m[0] for m in moved])
+        b.live = len(moved)
+        b.live_bytes = sum(r for _, _, r in moved)
+        b.max_ref = max_ref
+        b.has_dels = has_dels
+        b.settled = True
+        self._unsettle_after(b.idx)
+
+    def _unsettle_after(self, idx: int) -> None:
+        """Messages left an older block: DEL records in newer blocks may have become moot."""
+        for c in self._blocks.values():
+            if c.idx > idx and c.has_dels:
+                c.settled = False
+
+    def _replace_block(self, b: Block, data: bytearray) -> None:
+        tmp = b.path + ".tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, data)
+                fdatasync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, b.path)
+            fsync_dir(self._msgs_dir)
+        except OSError as e:
+            raise self._fail(e) from e
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def _fetch(self, bidx: int, off: int, rlen: int) -> bytes | memoryview:
+        active = self._active
+        if bidx == active.idx and off >= active.size:
+            start = off - active.size
+            return bytes(self._wbuf[start : start + rlen])
+        c = self._rcache
+        end = off + rlen
+        if c is not None and c[0] == bidx and c[1] <= off and end <= c[1] + len(c[2]):
+            self._last_end = (bidx, end)
+            return c[2][off - c[1] : end - c[1]]
+        block = self._blocks[bidx]
+        fd = self._wfd if block is active else self._fds.get(block)
+        sequential = self._last_end == (bidx, off)
+        want = max(rlen, self._read_ahead) if sequential else rlen
+        try:
+            data = os.pread(fd, want, off)
+        except OSError as e:
+            raise StoreError(f"reading {block.path}: {e}") from e
+        if len(data) < rlen:
+            raise StoreCorruption(block.path, off, "record missing from the block file")
+        self._last_end = (bidx, end)
+        if want == rlen:
+            return data
+        view = memoryview(data)
+        self._rcache = (bidx, off, view)
+        return view[:rlen]
+
+    def _record(self, seq: int) -> tuple[bytes | memoryview, int, int, int]:
+        """The verified MSG record of live ``seq``: (record, ts, subject len, header len)."""
+        ix = self._ix
+        i = seq - ix.base
+        loc = ix.locs[i]
+        rlen = ix.rlens[i]
+        bidx, off = loc >> OFF_BITS, loc & OFF_MASK
+        raw = self._fetch(bidx, off, rlen)
+        magic, rec_len, kind, _, slen, rseq, ts, hlen = rec.HEADER.unpack_from(raw, 0)
+        (want,) = rec.CRC.unpack_from(raw, rlen - 4)
+        if (
+            magic != rec.MAGIC
+            or rec_len != rlen
+            or kind != rec.KIND_MSG
+            or rseq != seq
+            or zlib.crc32(raw[: rlen - 4]) != want
+        ):
+            raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
+        return raw, ts, slen, hlen
+
+    def _read(self, seq: int) -> StoredMsg:
+        raw, ts, slen, hlen = self._record(seq)
+        ix = self._ix
+        i = seq - ix.base
+        p = rec.HDR_SIZE + slen
+        headers: bytes | None = None
+        if hlen != rec.NO_HDR:
+            headers = bytes(raw[p : p + hlen]) or None
+            p += hlen
+        name = ix.names[ix.sids[i]]
+        assert name is not None
+        return StoredMsg(seq, name, headers, bytes(raw[p : len(raw) - 4]), ts)
+
+    def _raw_record(self, seq: int) -> bytes:
+        return bytes(self._record(seq)[0])
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def restore(self, chunks: Iterable[bytes]) -> None:
+        """Replace the content with a snapshot, crash-safely.
+
+        The snapshot is written and verified into ``restore.tmp/`` first; a damaged
+        snapshot raises and leaves the current content untouched. The swap is two renames
+        (``msgs`` -> ``msgs.old``, new -> ``msgs``) that ``settle_restore`` completes or undoes
+        after a crash.
+        """
+        self._check()
+        tmp = os.path.join(self._root, RESTORE_DIR)
+        if os.path.exists(tmp):
+            shutil.rmtree(tmp)
+        target = FileStore(tmp, self._limits, block_size=self._block_size)
+        try:
+            target._apply_snapshot(chunks)
+            target.close()
+        except BaseException:
+            target._abandon()
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        done = os.open(os.path.join(tmp, RESTORE_DONE), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.fsync(done)
+        os.close(done)
+        fsync_dir(tmp)
+        self._close_files()
+        os.rename(self._msgs_dir, os.path.join(self._root, OLD_DIR))
+        fsync_dir(self._root)
+        settle_restore(self._root)
+        self._open()
+
+    def _close_files(self) -> None:
+        self._fds.close()
+        os.close(self._wfd)
+        self._rcache = None
+
+    def _abandon(self) -> None:
+        """Close without writing anything more (used on a failed restore)."""
+        if not self._closed:
+            self._closed = True
+            self._close_files()
+            os.close(self._lock_fd)
+
+    def close(self) -> None:
+        """Sync and release the directory (idempotent)."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None:
+                self.sync()
+        finally:
+            self._closed = True
+            self._close_files()
+            os.close(self._lock_fd)
+
+    def delete(self) -> None:
+        """Remove the directory. Only ever called for an explicit stream delete."""
+        if not self._closed:
+            self._closed = True
+            self._close_files()
+            os.close(self._lock_fd)
+        shutil.rmtree(self._root, ignore_errors=True)
+
+    # --- introspection (tests, benchmarks, monitoring) -------------------------------------
+
+    def block_files(self) -> list[str]:
+        return [b.path for b in self._blocks.values()]
+
+    def index_bytes(self) -> int:
+        """Bytes held by the per-message index arrays (not counting Python object headers)."""
+        ix = self._ix
+        arrays = (ix.sids, ix.tss, ix.sizes, ix.locs, ix.rlens, ix.dels)
+        total = sum(a.itemsize * a.buffer_info()[1] for a in arrays)
+        for e in ix.per:
+            if e is not None and not isinstance(e, int):
+                total += e.arr.itemsize * e.arr.buffer_info()[1]
+        return total

@@ -1,0 +1,602 @@
+"""The stream state machine: ``apply(entry) -> result``, deterministic.
+
+Every replica that applies the same entries in the same order ends with the same store, the
+same dedupe table and the same answers. Nothing here reads a clock or anything local: message
+times and "now" for expiry come inside the entries, stamped by the proposer. The asyncio glue
+(subscriptions, group commit, timers, replies) lives in ``jetraft.server``.
+
+Entries (msgspec Structs, ``encode_entry``/``decode_entry`` give bytes for a log):
+
+* ``StoreMsg``: a publish to one of the stream's subjects. All checks happen here, in nats-
+  server's order: sealed, Nats-Expected-Stream, Nats-TTL allowed, Nats-Expected-Last-Subject-
+  Sequence(-Subject), Nats-Expected-Last-Sequence, Nats-Msg-Id dedupe, Nats-Expected-Last-Msg-Id,
+  Nats-Rollup, max_msg_size, discard=new limits; then the message is stored and rolled up.
+  The result is a ``PubAck``.
+* ``Purge``, ``DeleteMsg``, ``UpdateConfig``: the API operations; the result is ``OpResult``.
+* ``Expire(now_ns)``: max_age and per-message TTL expiry.
+* ``ConsumerAck(seq)``: a consumer no longer needs ``seq`` (interest / workqueue retention).
+
+Observers (consumers) hear about stored, removed and purged messages after the stream's own
+state is updated; they must not re-enter ``apply`` synchronously except through
+``on_consumer_ack``, which is idempotent.
+"""
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgspec
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.models import encode_json
+from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.protocol.subjects import subject_matches
+
+NS_PER_S = 1_000_000_000
+MAX_HEADER_LEN = 65535
+
+# Header names, lower-cased (lookups are case-insensitive, as in nats-server).
+MSG_ID = "nats-msg-id"
+EXPECTED_STREAM = "nats-expected-stream"
+EXPECTED_LAST_SEQ = "nats-expected-last-sequence"
+EXPECTED_LAST_SUBJ_SEQ = "nats-expected-last-subject-sequence"
+EXPECTED_LAST_SUBJ_SEQ_SUBJ = "nats-expected-last-subject-sequence-subject"
+EXPECTED_LAST_MSG_ID = "nats-expected-last-msg-id"
+ROLLUP = "nats-rollup"
+MSG_TTL = "nats-ttl"
+
+
+def nats_headers(hdr: bytes) -> dict[str, str]:
+    """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
+    and nothing at all for the common block without any."""
+    out: dict[str, str] = {}
+    if b"\r\nnats-" not in hdr.lower():
+        return out
+    for line in hdr.split(b"\r\n")[1:]:
+        if line[:5].lower() != b"nats-":
+            continue
+        name, sep, value = line.partition(b":")
+        if sep:
+            key = name.strip().decode("utf-8", "replace").lower()
+            if key not in out:
+                out[key] = value.strip().decode("utf-8", "replace")
+    return out
+
+
+# --- entries -------------------------------------------------------------------------------
+
+
+class StoreMsg(msgspec.Struct, frozen=True, tag="msg", array_like=True):
+    subject: str
+    reply: str
+    hdr: bytes | None
+    data: bytes
+    ts_ns: int
+
+
+class Purge(msgspec.Struct, frozen=True, tag="purge", array_like=True):
+    filter: str = ""
+    seq: int = 0  # remove everything below seq
+    keep: int = 0  # keep the newest n
+
+
+class DeleteMsg(msgspec.Struct, frozen=True, tag="del", array_like=True):
+    seq: int
+    no_erase: bool = False
+
+
+class UpdateConfig(msgspec.Struct, frozen=True, tag="cfg", array_like=True):
+    config: StreamConfig
+
+
+class Expire(msgspec.Struct, frozen=True, tag="exp", array_like=True):
+    now_ns: int
+
+
+class ConsumerAck(msgspec.Struct, frozen=True, tag="ack", array_like=True):
+    seq: int
+
+
+Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck
+
+_ENTRY_ENCODER = msgspec.msgpack.Encoder()
+_ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    return _ENTRY_ENCODER.encode(entry)
+
+
+def decode_entry(blob: bytes) -> Entry:
+    entry: Entry = _ENTRY_DECODER.decode(blob)
+    return entry
+
+
+# --- results -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PubAck:
+    """The answer to one StoreMsg; ``reply`` is where it goes ("" = nowhere)."""
+
+    reply: str
+    stream: str
+    seq: int = 0
+    duplicate: bool = False
+    error: ApiError | None = None
+    domain: str = ""
+
+    def body(self) -> bytes:
+        if self.error is None and not self.duplicate and not self.domain:
+            return b'{"stream":%s,"seq":%d}' % (encode_json(self.stream), self.seq)
+        out: dict[str, object] = {}
+        if self.error is not None:
+            out["error"] = self.error.to_wire()
+        out["stream"] = self.stream
+        if self.domain:
+            out["domain"] = self.domain
+        out["seq"] = self.seq
+        if self.duplicate:
+            out["duplicate"] = True
+        return encode_json(out)
+
+
+@dataclass(frozen=True, slots=True)
+class OpResult:
+    ok: bool = True
+    count: int = 0
+    error: ApiError | None = None
+
+
+Result = PubAck | OpResult
+
+
+# --- who the stream talks to ---------------------------------------------------------------
+
+
+class RetentionConsumer(Protocol):
+    """What interest/workqueue retention needs from a consumer."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def filters(self) -> tuple[str, ...]: ...
+
+    def needs_ack(self, seq: int, subject: str) -> bool: ...
+
+
+class StreamObserver(Protocol):
+    """Told about changes after they happened (consumers keep counts and pending in step)."""
+
+    def on_stored(self, seq: int, subject: str) -> None: ...
+
+    def on_removed(self, seqs: Sequence[int]) -> None: ...
+
+    def on_purged(self, first_seq: int, filter_subject: str) -> None: ...
+
+
+def limits_of(cfg: StreamConfig) -> Limits:
+    return Limits(
+        max_msgs=cfg.max_msgs,
+        max_bytes=cfg.max_bytes,
+        max_age_ns=cfg.max_age,
+        max_msgs_per_subject=cfg.max_msgs_per_subject,
+        max_msg_size=cfg.max_msg_size,
+        discard_new=cfg.discard_new,
+        discard_new_per_subject=cfg.discard_new_per_subject,
+    )
+
+
+def parse_ttl_s(text: str) -> int:
+    """``Nats-TTL`` as seconds: -1 = never, 0 = none; raises ApiError 10165 when invalid.
+
+    Accepts ``never``, a Go duration of at least 1s (``90s``, ``1h``) or integer seconds."""
+    text = text.strip()
+    if not text:
+        return 0
+    if text.lower() == "never":
+        return -1
+    if text.isdigit():
+        return int(text)
+    ns = _go_duration_ns(text)
+    if ns is None or ns < NS_PER_S:
+        raise E.ttl_invalid()
+    return ns // NS_PER_S
+
+
+_UNIT_NS = {
+    "ns": 1,
+    "us": 1_000,
+    "µs": 1_000,
+    "ms": 1_000_000,
+    "s": NS_PER_S,
+    "m": 60 * NS_PER_S,
+    "h": 3600 * NS_PER_S,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
+
+
+def _go_duration_ns(text: str) -> int | None:
+    total = 0.0
+    pos = 0
+    for m in _DURATION_PART.finditer(text):
+        if m.start() != pos:
+            return None
+        total += float(m.group(1)) * _UNIT_NS[m.group(2)]
+        pos = m.end()
+    if pos != len(text) or pos == 0:
+        return None
+    return int(total)
+
+
+def _parse_seq(text: str) -> int:
+    """A header sequence number; anything unparsable never matches (nats-server reads it as
+    -1, i.e. the largest uint64)."""
+    text = text.strip()
+    return int(text) if text.isdigit() else -1
+
+
+# --- the state machine ---------------------------------------------------------------------
+
+
+class Stream:
+    """One stream: its config, its store, and the state apply() keeps beside the store."""
+
+    def __init__(
+        self, config: StreamConfig, store: StreamStore, created_ns: int, domain: str = ""
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.created_ns = created_ns
+        self.domain = domain
+        self.consumers: dict[str, RetentionConsumer] = {}
+        self._listeners: list[Callable[[int], None]] = []
+        self._observers: list[StreamObserver] = []
+        # Nats-Msg-Id -> (seq, ts_ns), oldest first (for pruning by entry time).
+        self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self.last_msg_id = ""
+        # (expires_at_ns, seq) of messages with a Nats-TTL.
+        self._ttl_heap: list[tuple[int, int]] = []
+        self.store.update_limits(limits_of(config))
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def last_seq(self) -> int:
+        return self.store.bounds()[1]
+
+    # --- wiring ----------------------------------------------------------------------------
+
+    def add_listener(self, callback: Callable[[int], None]) -> None:
+        """``callback(last_seq)`` after new messages were stored."""
+        self._listeners.append(callback)
+
+    def remove_listener(self, callback: Callable[[int], None]) -> None:
+        if callback in self._listeners:
+            self._listeners.remove(callback)
+
+    def add_observer(self, observer: StreamObserver) -> None:
+        self._observers.append(observer)
+
+    def remove_observer(self, observer: StreamObserver) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
+
+    def add_consumer(self, consumer: RetentionConsumer) -> None:
+        self.consumers[consumer.name] = consumer
+
+    def remove_consumer(self, name: str) -> None:
+        """Forget a consumer; on an interest stream, messages only it held go."""
+        if self.consumers.pop(name, None) is not None and self.config.retention == "interest":
+            self.recheck_interest()
+
+    # --- apply -----------------------------------------------------------------------------
+
+    def apply(self, entry: Entry) -> Result:
+        if isinstance(entry, StoreMsg):
+            return self._apply_msg(entry)
+        if isinstance(entry, Purge):
+            return self._apply_purge(entry)
+        if isinstance(entry, DeleteMsg):
+            return self._apply_delete(entry)
+        if isinstance(entry, Expire):
+            return self._apply_expire(entry.now_ns)
+        if isinstance(entry, ConsumerAck):
+            return self._apply_consumer_ack(entry.seq)
+        return self._apply_config(entry.config)
+
+    def on_consumer_ack(self, seq: int) -> None:
+        """A consumer acked (or gave up on) ``seq``: drop it if retention says so."""
+        if self.config.retention != "limits":
+            self.apply(ConsumerAck(seq))
+
+    # --- publish ---------------------------------------------------------------------------
+
+    def _nack(self, e: StoreMsg, err: ApiError) -> PubAck:
+        return PubAck(e.reply, self.name, 0, False, err, self.domain)
+
+    def _apply_msg(self, e: StoreMsg) -> PubAck:
+        cfg = self.config
+        if cfg.sealed:
+            return self._nack(e, E.stream_sealed())
+        hdr = e.hdr or None
+        msg_id = ""
+        rollup = ""
+        ttl_s = 0
+        h = nats_headers(hdr) if hdr else None
+        if h:
+            err = self._check_headers(e, h)
+            if err is not None:
+                return self._nack(e, err)
+            msg_id = h.get(MSG_ID, "")
+            if msg_id:
+                self._prune_dedupe(e.ts_ns)
+                seen = self._dedupe.get(msg_id)
+                if seen is not None:
+                    return PubAck(e.reply, self.name, seen[0], True, None, self.domain)
+            expected_id = h.get(EXPECTED_LAST_MSG_ID)
+            if expected_id is not None and expected_id != self.last_msg_id:
+                return self._nack(e, E.wrong_last_msg_id(self.last_msg_id))
+            rollup = h.get(ROLLUP, "").lower()
+            if rollup:
+                if not cfg.allow_rollup_hdrs or cfg.deny_purge:
+                    return self._nack(e, E.rollup_failed("rollup not permitted"))
+                if rollup not in ("sub", "all"):
+                    return self._nack(e, E.rollup_failed(f'rollup value invalid: "{rollup}"'))
+        size_limit = cfg.max_msg_size
+        hlen = len(hdr) if hdr else 0
+        if size_limit >= 0 and (hlen > size_limit or len(e.data) > size_limit - hlen):
+            return self._nack(e, E.message_exceeds_maximum())
+        if hlen > MAX_HEADER_LEN:
+            return self._nack(e, E.api_error(10097))
+        if cfg.retention == "interest" and not self._has_interest(e.subject):
+            # Nobody would ever consume it: burn the sequence, keep nothing (nats-server).
+            seq = self.last_seq + 1
+            self.store.skip_msgs(seq, 1)
+            self._remember(msg_id, seq, e.ts_ns)
+            return PubAck(e.reply, self.name, seq, False, None, self.domain)
+        if h:
+            ttl_text = h.get(MSG_TTL)
+            if ttl_text is not None:
+                try:
+                    ttl_s = parse_ttl_s(ttl_text)
+                except ApiError as err:
+                    return self._nack(e, err)
+        if cfg.discard == "new":
+            refusal = self.store.would_exceed(e.subject, hdr, e.data, bool(rollup))
+            if refusal is not None:
+                if refusal == ERR_MAX_MSG_SIZE:
+                    return self._nack(e, E.message_exceeds_maximum())
+                return self._nack(e, E.store_failed(refusal))
+        seq, removed = self.store.store(e.subject, hdr, e.data, e.ts_ns)
+        if msg_id or self.last_msg_id:
+            self._remember(msg_id, seq, e.ts_ns)
+        if ttl_s > 0:
+            heapq.heappush(self._ttl_heap, (e.ts_ns + ttl_s * NS_PER_S, seq))
+        if rollup == "sub":
+            self._purge_quietly(e.subject, keep=1)
+        elif rollup == "all":
+            self._purge_quietly("", keep=1)
+        if removed:
+            self._tell_removed(removed)
+        for obs in self._observers:
+            obs.on_stored(seq, e.subject)
+        for cb in self._listeners:
+            cb(seq)
+        return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
+        """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
+        cfg = self.config
+        expected = h.get(EXPECTED_STREAM)
+        if expected and expected != cfg.name:
+            return E.expected_stream_mismatch()
+        ttl_text = h.get(MSG_TTL)
+        if ttl_text is not None and not cfg.allow_msg_ttl:
+            try:
+                ttl = parse_ttl_s(ttl_text)
+            except ApiError:
+                ttl = 0  # reported as invalid later, as nats-server does
+            if ttl != 0:
+                return E.ttl_disabled()
+        subj_seq = h.get(EXPECTED_LAST_SUBJ_SEQ)
+        seq_subject = h.get(EXPECTED_LAST_SUBJ_SEQ_SUBJ)
+        if subj_seq is not None:
+            subject = seq_subject or e.subject
+            last = self.store.last_seq_for_subject(subject)
+            if _parse_seq(subj_seq) != last:
+                return E.wrong_last_sequence(last)
+        elif seq_subject:
+            return E.expected_last_seq_per_subject_invalid()
+        last_seq = h.get(EXPECTED_LAST_SEQ)
+        if last_seq is not None and _parse_seq(last_seq) != self.last_seq:
+            return E.wrong_last_sequence(self.last_seq)
+        return None
+
+    def _has_interest(self, subject: str) -> bool:
+        for c in self.consumers.values():
+            filters = c.filters
+            if not filters or any(subject_matches(f, subject) for f in filters):
+                return True
+        return False
+
+    def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
+        self.last_msg_id = msg_id
+        if msg_id and self.config.duplicate_window > 0:
+            self._dedupe[msg_id] = (seq, ts_ns)
+            self._dedupe.move_to_end(msg_id)
+
+    def _prune_dedupe(self, now_ns: int) -> None:
+        cutoff = now_ns - self.config.duplicate_window
+        dd = self._dedupe
+        while dd:
+            msg_id, (_, ts) = next(iter(dd.items()))
+            if ts >= cutoff:
+                break
+            del dd[msg_id]
+
+    # --- API operations --------------------------------------------------------------------
+
+    def _apply_purge(self, e: Purge) -> OpResult:
+        cfg = self.config
+        if cfg.sealed:
+            return OpResult(False, 0, E.stream_sealed())
+        if cfg.deny_purge:
+            return OpResult(False, 0, E.purge_failed("stream purge not permitted"))
+        purged = self._purge_quietly(e.filter, e.seq, e.keep)
+        return OpResult(True, purged)
+
+    def _purge_quietly(self, filter_subject: str, upto_seq: int = 0, keep: int = 0) -> int:
+        purged = self.store.purge(filter_subject or None, upto_seq, keep)
+        if purged or upto_seq:
+            first = self.store.bounds()[0]
+            for obs in self._observers:
+                obs.on_purged(first, filter_subject)
+        return purged
+
+    def _apply_delete(self, e: DeleteMsg) -> OpResult:
+        cfg = self.config
+        if cfg.sealed:
+            return OpResult(False, 0, E.stream_sealed())
+        if cfg.deny_delete:
+            return OpResult(False, 0, E.msg_delete_failed("message delete not permitted"))
+        if e.seq <= 0 or e.seq > self.last_seq:
+            return OpResult(False, 0, E.msg_delete_failed("stream store EOF"))
+        # no_erase asks nats-server to skip overwriting the bytes on disk; removal is the same.
+        if not self.store.remove(e.seq):
+            if e.seq < self.store.bounds()[0]:
+                return OpResult(False, 0, E.msg_delete_failed("no message found"))
+            return OpResult(False, 0, E.api_error(10043, seq=e.seq))
+        self._tell_removed([e.seq])
+        return OpResult(True, 1)
+
+    def _apply_config(self, cfg: StreamConfig) -> OpResult:
+        old = self.config
+        self.config = cfg
+        removed = self.store.update_limits(limits_of(cfg))
+        if removed:
+            self._tell_removed(removed)
+        if cfg.retention == "interest" and old.retention != "interest":
+            self.recheck_interest()
+        return OpResult(True, len(removed))
+
+    def _apply_expire(self, now_ns: int) -> OpResult:
+        removed = list(self.store.expire(now_ns)) if self.config.max_age > 0 else []
+        heap = self._ttl_heap
+        while heap and heap[0][0] <= now_ns:
+            _, seq = heapq.heappop(heap)
+            if self.store.remove(seq):
+                removed.append(seq)
+        if removed:
+            self._tell_removed(removed)
+        return OpResult(True, len(removed))
+
+    def _apply_consumer_ack(self, seq: int) -> OpResult:
+        retention = self.config.retention
+        if retention == "limits":
+            return OpResult(True, 0)
+        msg = self.store.load(seq)
+        if msg is None:
+            return OpResult(True, 0)
+        if retention == "interest":
+            for c in self.consumers.values():
+                if c.needs_ack(seq, msg.subject):
+                    return OpResult(True, 0)
+        if self.store.remove(seq):
+            self._tell_removed([seq])
+            return OpResult(True, 1)
+        return OpResult(True, 0)
+
+    def recheck_interest(self) -> int:
+        """Interest retention: drop every message no consumer needs (after a consumer went
+        away or the policy changed). Returns how many were removed."""
+        if self.config.retention != "interest":
+            return 0
+        removed: list[int] = []
+        first, last = self.store.bounds()
+        seq = first
+        while seq and seq <= last:
+            msg = self.store.load_next(seq)
+            if msg is None:
+                break
+            needed = any(c.needs_ack(msg.seq, msg.subject) for c in self.consumers.values())
+            if not needed and self.store.remove(msg.seq):
+                removed.append(msg.seq)
+            seq = msg.seq + 1
+        if removed:
+            self._tell_removed(removed)
+        return len(removed)
+
+    def _tell_removed(self, seqs: Sequence[int]) -> None:
+        for obs in self._observers:
+            obs.on_removed(seqs)
+
+    # --- time ------------------------------------------------------------------------------
+
+    def next_expiry_ns(self) -> int | None:
+        """When the next Expire entry would remove something (None: nothing to expire)."""
+        due: int | None = None
+        if self.config.max_age > 0:
+            state = self.store.state()
+            if state.msgs and state.first_ts_ns:
+                due = state.first_ts_ns + self.config.max_age
+        if self._ttl_heap:
+            ttl_due = self._ttl_heap[0][0]
+            due = ttl_due if due is None else min(due, ttl_due)
+        return due
+
+    # --- recovery --------------------------------------------------------------------------
+
+    def recover(self) -> None:
+        """Rebuild what lives beside the store after a restart: the dedupe window (from the
+        messages stored within it), the last Nats-Msg-Id, and the TTL schedule."""
+        first, last = self.store.bounds()
+        if not last or first > last:
+            return
+        last_msg = self.store.load_last()
+        if last_msg is not None and last_msg.headers:
+            self.last_msg_id = nats_headers(last_msg.headers).get(MSG_ID, "")
+        window = self.config.duplicate_window
+        if window > 0 and last_msg is not None:
+            start = self.store.seq_for_time(last_msg.ts_ns - window)
+            for msg in self._scan(start):
+                if msg.headers:
+                    msg_id = nats_headers(msg.headers).get(MSG_ID)
+                    if msg_id:
+                        self._dedupe[msg_id] = (msg.seq, msg.ts_ns)
+                        self._dedupe.move_to_end(msg_id)
+        if self.config.allow_msg_ttl:
+            for msg in self._scan(first):
+                self._schedule_ttl(msg)
+
+    def _schedule_ttl(self, msg: StoredMsg) -> None:
+        if not msg.headers:
+            return
+        text = nats_headers(msg.headers).get(MSG_TTL)
+        if text is None:
+            return
+        try:
+            ttl_s = parse_ttl_s(text)
+        except ApiError:
+            return
+        if ttl_s > 0:
+            heapq.heappush(self._ttl_heap, (msg.ts_ns + ttl_s * NS_PER_S, msg.seq))
+
+    def _scan(self, start_seq: int) -> Iterable[StoredMsg]:
+        seq = max(start_seq, 1)
+        while True:
+            msg = self.store.load_next(seq)
+            if msg is None:
+                return
+            yield msg
+            seq = msg.seq + 1

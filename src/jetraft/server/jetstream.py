@@ -1,0 +1,446 @@
+"""JetStream on a server: which accounts have it, the ``$JS.API`` subscription of each, and
+the streams (created, loaded on start, closed on stop).
+
+Enabled when the config has a ``jetstream`` block (or ``-js``). As in nats-server, with no
+accounts configured the global account gets JetStream; with accounts configured only those
+whose block enables ``jetstream`` do; the system account never does. Other accounts get
+10039 "JetStream not enabled for account" to API requests (503 no responders for DIRECT.GET
+and MSG.NEXT, which have no responder there), as nats-server answers them.
+
+Each account's ``JsAccount`` is the context the API handlers (``stream_api``, ``consumer_api``)
+work through; it implements both their Protocols.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jetraft.config import ServerConfig
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.api import (
+    ApiStats,
+    ApiTable,
+    RawReply,
+    StatusReply,
+    build_table,
+    error_response,
+    normalise_subject,
+)
+from jetraft.jetstream.consumer_config import StreamFacts
+from jetraft.jetstream.models import encode_json, format_time
+from jetraft.jetstream.store.types import StoreError
+from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.protocol.headers import encode_headers
+from jetraft.server.internal import InternalClient
+from jetraft.server.js_consumers import StreamConsumers
+from jetraft.server.js_store_glue import (
+    MetaError,
+    StreamMeta,
+    account_dir,
+    open_store,
+    read_meta,
+    remove_stream_dir,
+    write_meta,
+)
+from jetraft.server.js_streams import StreamRuntime
+
+if TYPE_CHECKING:
+    from jetraft.server.auth import Account
+    from jetraft.server.server import Server
+
+log = logging.getLogger("jetraft.js")
+
+GLOBAL_ACCOUNT = "$G"
+
+
+def system_account_name(config: ServerConfig) -> str:
+    return "" if config.no_system_account else config.system_account
+
+
+def enabled_accounts(config: ServerConfig, accounts: Mapping[str, Account]) -> list[Account]:
+    """The accounts that get JetStream (see the module doc)."""
+    system = system_account_name(config)
+    configured = [a for a in config.accounts if a.name not in (GLOBAL_ACCOUNT, system)]
+    if not configured:
+        acc = accounts.get(GLOBAL_ACCOUNT)
+        return [acc] if acc is not None else []
+    out = []
+    for acfg in configured:
+        if acfg.jetstream is not None and acfg.name in accounts:
+            out.append(accounts[acfg.name])
+    return out
+
+
+class JsAccount:
+    """JetStream of one account: the API context and the account's streams."""
+
+    def __init__(self, manager: JetStreamManager, account: Account) -> None:
+        self.manager = manager
+        self.server: Server = manager.server
+        self.account: Account = account
+        self.rng: random.Random = random.Random()
+        self.table: ApiTable = build_table()
+        self.api_client = InternalClient(self.server, account, "jetstream api")
+        self._streams: dict[str, Stream] = {}
+        self.runtimes: dict[str, StreamRuntime] = {}
+        self.offline: dict[str, str] = {}  # stream name -> why it could not be loaded
+        js = manager.config
+        self.sync_interval_ns = js.sync_interval_ns
+        self._domain = js.domain
+        self.base_dir: Path | None = account_dir(js.store_dir, account.name)
+        acfg = manager.server.config.account(account.name)
+        self.account_limits = acfg.jetstream if acfg is not None else None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.api_client.subscribe("$JS.API.>", self._on_api)
+        if self._domain:
+            self.api_client.subscribe(f"$JS.{self._domain}.API.>", self._on_api)
+        self._load_streams()
+
+    def stop(self) -> None:
+        self.api_client.close()
+        for rt in list(self.runtimes.values()):
+            rt.close()
+        self.runtimes.clear()
+        self._streams.clear()
+
+    def _load_streams(self) -> None:
+        base = self.base_dir
+        if base is None or not base.is_dir():
+            return
+        for stream_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+            name = stream_dir.name
+            try:
+                meta = read_meta(stream_dir)
+                store = open_store(meta.config, stream_dir)
+            except (MetaError, StoreError, OSError) as exc:
+                # Report, keep the files exactly as they are, and refuse to reuse the name.
+                log.error("JetStream stream %s > %s not loaded: %s", self.account.name, name, exc)
+                self.offline[name] = str(exc)
+                continue
+            stream = Stream(meta.config, store, meta.created_ns, self._domain)
+            stream.recover()
+            self._install(stream, stream_dir)
+            log.info("Restored stream %s > %s", self.account.name, name)
+
+    def _install(self, stream: Stream, stream_dir: Path | None) -> StreamRuntime:
+        rt = StreamRuntime(self, stream, stream_dir)
+        self._streams[stream.name] = stream
+        self.runtimes[stream.name] = rt
+        rt.start()
+        return rt
+
+    # --- API requests ------------------------------------------------------------------------
+
+    def _on_api(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        api_subject = normalise_subject(subject, self._domain)
+        if api_subject is None:
+            return
+        out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
+        if out is None or not reply:
+            return
+        self._send(reply, out)
+
+    def _send(self, reply: str, out: Any) -> None:
+        publish = self.api_client.publish
+        if isinstance(out, dict):
+            publish(reply, encode_json(out))
+        elif isinstance(out, RawReply):
+            publish(reply, out.data, None, out.hdr)
+        elif isinstance(out, StatusReply):
+            publish(reply, b"", None, encode_headers((), out.status, out.description))
+        elif isinstance(out, list):
+            for item in out:
+                publish(reply, item.data, None, item.hdr)
+
+    # --- StreamApiContext --------------------------------------------------------------------
+
+    @property
+    def streams(self) -> Mapping[str, Stream]:
+        return self._streams
+
+    @property
+    def api_stats(self) -> ApiStats:
+        return self.table.stats
+
+    @property
+    def server_name(self) -> str:
+        return self.server.name
+
+    @property
+    def domain(self) -> str:
+        return self._domain
+
+    @property
+    def clustered(self) -> bool:
+        return False
+
+    @property
+    def strict(self) -> bool:
+        return self.manager.config.strict
+
+    def now_ns(self) -> int:
+        return time.time_ns()
+
+    def limits(self) -> dict[str, Any]:
+        lim = self.account_limits
+        js = self.manager.config
+        if lim is None:
+            return {
+                "max_memory": js.max_memory_store,
+                "max_storage": js.max_file_store,
+                "max_streams": -1,
+                "max_consumers": -1,
+                "max_ack_pending": -1,
+                "memory_max_stream_bytes": -1,
+                "storage_max_stream_bytes": -1,
+                "max_bytes_required": False,
+            }
+        return {
+            "max_memory": lim.max_memory,
+            "max_storage": lim.max_store,
+            "max_streams": lim.max_streams,
+            "max_consumers": lim.max_consumers,
+            "max_ack_pending": lim.max_ack_pending,
+            "memory_max_stream_bytes": lim.memory_max_stream_bytes,
+            "storage_max_stream_bytes": lim.store_max_stream_bytes,
+            "max_bytes_required": lim.max_bytes_required,
+        }
+
+    def _check_account_limits(self, cfg: StreamConfig, creating: bool) -> None:
+        lim = self.account_limits
+        if lim is None:
+            return
+        if creating and 0 <= lim.max_streams <= len(self._streams):
+            raise E.api_error(10027)
+        if lim.max_bytes_required and cfg.max_bytes <= 0:
+            raise E.api_error(10113)
+        stream_cap = (
+            lim.memory_max_stream_bytes if cfg.storage == "memory" else lim.store_max_stream_bytes
+        )
+        if stream_cap > 0 and cfg.max_bytes > stream_cap:
+            raise E.api_error(10122)
+
+    def _stream_dir(self, name: str, cfg: StreamConfig) -> Path | None:
+        if self.base_dir is None or cfg.storage == "memory":
+            return None
+        return self.base_dir / name
+
+    def create_stream(self, cfg: StreamConfig) -> Stream:
+        if cfg.name in self.offline:
+            raise E.api_error(10194, err=self.offline[cfg.name])
+        self._check_account_limits(cfg, creating=True)
+        stream_dir = self._stream_dir(cfg.name, cfg)
+        created = self.now_ns()
+        try:
+            if stream_dir is not None:
+                if stream_dir.exists():
+                    # Left over by something we did not load: never overwrite it.
+                    raise E.api_error(10194, err=f"{stream_dir} already exists")
+                write_meta(stream_dir, StreamMeta(cfg, created))
+            store = open_store(cfg, stream_dir)
+        except (OSError, StoreError) as exc:
+            raise E.api_error(10049, err=str(exc)) from None
+        stream = Stream(cfg, store, created, self._domain)
+        if cfg.first_seq > 1:
+            store.purge(None, cfg.first_seq, 0)
+        self._install(stream, stream_dir)
+        return stream
+
+    def update_stream(self, stream: Stream, cfg: StreamConfig) -> None:
+        self._check_account_limits(cfg, creating=False)
+        rt = self.runtimes[stream.name]
+        stream_dir = rt.stream_dir
+        if stream_dir is not None:
+            try:
+                write_meta(stream_dir, StreamMeta(cfg, stream.created_ns))
+            except OSError as exc:
+                raise E.api_error(10069, err=str(exc)) from None
+        result = rt.propose(UpdateConfig(cfg))
+        if result.error is not None:
+            raise result.error
+        rt.config_changed()
+
+    def delete_stream(self, stream: Stream) -> None:
+        rt = self.runtimes.pop(stream.name)
+        self._streams.pop(stream.name, None)
+        rt.delete()
+        if rt.stream_dir is not None:
+            try:
+                remove_stream_dir(rt.stream_dir)
+            except OSError as exc:
+                log.error("removing %s: %s", rt.stream_dir, exc)
+
+    def propose(self, stream: Stream, entry: Entry) -> Result:
+        return self.runtimes[stream.name].propose(entry)
+
+    def consumer_count(self, stream: str) -> int:
+        rt = self.runtimes.get(stream)
+        return len(rt.consumers.consumers) if rt is not None else 0
+
+    # --- consumer ApiContext -----------------------------------------------------------------
+
+    def stream_consumers(self, stream: str) -> tuple[StreamFacts, StreamConsumers] | None:
+        rt = self.runtimes.get(stream)
+        if rt is None:
+            return None
+        return rt.facts(), rt.consumers
+
+    def persistent(self, stream: str) -> bool:
+        rt = self.runtimes.get(stream)
+        return rt is not None and rt.consumer_dir() is not None
+
+    # --- monitoring --------------------------------------------------------------------------
+
+    def usage(self) -> dict[str, int]:
+        memory = storage = messages = nbytes = consumers = 0
+        for name, stream in self._streams.items():
+            st = stream.store.state()
+            messages += st.msgs
+            nbytes += st.bytes
+            if stream.config.storage == "memory":
+                memory += st.bytes
+            else:
+                storage += st.bytes
+            consumers += self.consumer_count(name)
+        return {
+            "memory": memory,
+            "storage": storage,
+            "streams": len(self._streams),
+            "consumers": consumers,
+            "messages": messages,
+            "bytes": nbytes,
+        }
+
+
+class DisabledAccount:
+    """An account without JetStream: API requests get 10039, as from nats-server."""
+
+    def __init__(self, server: Server, account: Account) -> None:
+        self.table = build_table()
+        self.client = InternalClient(server, account, "jetstream disabled")
+        self.client.subscribe("$JS.API.>", self._on_api)
+
+    def _on_api(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        route = self.table.lookup(subject)
+        if route is None or not reply:
+            return
+        if route.kind:
+            body = encode_json(error_response(route.kind, E.api_error(10039)))
+            self.client.publish(reply, body)
+        else:
+            self.client.publish(reply, b"", None, encode_headers((), 503))
+
+    def close(self) -> None:
+        self.client.close()
+
+
+class JetStreamManager:
+    """Starts JetStream for the enabled accounts and answers /jsz."""
+
+    def __init__(self, server: Server) -> None:
+        assert server.config.jetstream is not None
+        self.server = server
+        self.config = server.config.jetstream
+        self.accounts: dict[str, JsAccount] = {}
+        self.disabled: list[DisabledAccount] = []
+
+    async def start(self) -> None:
+        store_dir = Path(self.config.store_dir)
+        log.info("Starting JetStream, store directory %s", store_dir / "jetstream")
+        cfg, accounts = self.server.config, self.server.auth.accounts
+        for account in enabled_accounts(cfg, accounts):
+            acct = JsAccount(self, account)
+            self.accounts[account.name] = acct
+            acct.start()
+        system = system_account_name(cfg)
+        for name, account in accounts.items():
+            if name not in self.accounts and name != system:
+                self.disabled.append(DisabledAccount(self.server, account))
+
+    async def stop(self) -> None:
+        for acct in self.accounts.values():
+            acct.stop()
+        self.accounts.clear()
+        for disabled in self.disabled:
+            disabled.close()
+        self.disabled.clear()
+
+    def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
+        """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
+        totals = {
+            "memory": 0,
+            "storage": 0,
+            "streams": 0,
+            "consumers": 0,
+            "messages": 0,
+            "bytes": 0,
+        }
+        api_total = api_errors = 0
+        details = []
+        for name, acct in sorted(self.accounts.items()):
+            usage = acct.usage()
+            for key in totals:
+                totals[key] += usage[key]
+            api_total += acct.table.stats.total
+            api_errors += acct.table.stats.errors
+            if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
+                details.append(self._account_detail(name, acct, usage, q))
+        from jetraft.jetstream.api import API_LEVEL
+
+        out: dict[str, Any] = {
+            "server_id": self.server.server_id,
+            "now": format_time(time.time_ns()),
+            "config": {
+                "max_memory": self.config.max_memory_store,
+                "max_storage": self.config.max_file_store,
+                "store_dir": str(Path(self.config.store_dir) / "jetstream"),
+                "sync_interval": self.config.sync_interval_ns,
+            },
+            "limits": {},
+            "memory": totals["memory"],
+            "storage": totals["storage"],
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "accounts": len(self.accounts),
+            "ha_assets": 0,
+            "api": {"level": API_LEVEL, "total": api_total, "errors": api_errors},
+            "streams": totals["streams"],
+            "consumers": totals["consumers"],
+            "messages": totals["messages"],
+            "bytes": totals["bytes"],
+        }
+        if self.config.domain:
+            out["config"]["domain"] = self.config.domain
+        if details:
+            out["account_details"] = details
+        return out
+
+    def _account_detail(
+        self, name: str, acct: JsAccount, usage: dict[str, int], q: Mapping[str, str]
+    ) -> dict[str, Any]:
+        detail: dict[str, Any] = {
+            "name": name,
+            "id": name,
+            "memory": usage["memory"],
+            "storage": usage["storage"],
+            "api": {"total": acct.table.stats.total, "errors": acct.table.stats.errors},
+        }
+        if q.get("streams") in ("1", "true"):
+            from jetraft.jetstream.stream_api import stream_info
+
+            detail["stream_detail"] = [
+                {"name": s.name, **stream_info(acct, s, with_cluster=False)}
+                for _, s in sorted(acct.streams.items())
+            ]
+        if acct.offline:
+            detail["offline_streams"] = dict(acct.offline)
+        return detail

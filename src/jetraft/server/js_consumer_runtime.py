@@ -1,0 +1,752 @@
+"""One consumer on a running server: delivery to pull requests or a push subject, acks,
+redelivery and heartbeat timers, flow control, inactivity cleanup, lazy state writes.
+
+The decisions about replicated state are the state machine's (``jetstream.consumer``); every
+change of it goes through ``ConsumerRuntime.propose`` (the seam where RAFT slots in).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from jetraft.jetstream import consumer_state
+from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
+from jetraft.jetstream.consumer import (
+    Acked,
+    Candidate,
+    ConsumerCore,
+    Delivered,
+    Entry,
+    Nakked,
+    Progress,
+)
+from jetraft.jetstream.consumer_api import consumer_info
+from jetraft.jetstream.consumer_config import ConsumerConfig, go_duration, parse_rfc3339_ns
+from jetraft.jetstream.pull import (
+    PullError,
+    Status,
+    WaitingRequest,
+    WaitQueue,
+    heartbeat_hdr,
+    parse_pull_request,
+    status,
+)
+from jetraft.protocol.headers import encode_headers
+
+if TYPE_CHECKING:
+    from jetraft.server.auth import Account
+    from jetraft.server.js_consumers import StreamConsumers
+    from jetraft.server.server import Server
+
+log = logging.getLogger("jetraft.js.consumers")
+
+STATE_FLUSH_S = 0.05
+RUN_BUDGET = 256  # deliveries per loop turn before yielding to other work
+FC_MAX_PENDING = 32 * 1024 * 1024
+INTEREST_POLL_MIN_S = 0.005
+INTEREST_POLL_MAX_S = 0.25
+ACTIVE_POLL_S = 1.0
+STATE_FILE = "consumer.dat"
+MAX_TIMER_S = 3600.0
+_FC_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+@dataclass(slots=True)
+class ConsumerEnv:
+    server: Server
+    account: Account
+    rng: random.Random
+
+
+# --- routing helpers -----------------------------------------------------------------------
+
+
+def has_interest(account: Account, subject: str) -> bool:
+    m = account.sublist.match(subject)
+    return bool(m.plain or m.queues)
+
+
+def deliver_as(
+    env: ConsumerEnv, dsubj: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+) -> int:
+    """Route by ``dsubj`` but show the client the message's own ``subject`` (nats-server's
+    delivery of stream messages). Returns how many subscriptions got it."""
+    return env.server.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
+
+
+def headers_only(hdr: bytes | None, data: bytes) -> bytes:
+    """The stored headers plus ``Nats-Msg-Size``, for headers_only consumers."""
+    line = f"Nats-Msg-Size: {len(data)}\r\n\r\n".encode()
+    if not hdr:
+        return b"NATS/1.0\r\n" + line
+    return hdr[:-2] + line
+
+
+# --- persistence ---------------------------------------------------------------------------
+
+
+# Consumer state files are written here, off the event loop (fsync takes milliseconds).
+_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="js-cstate")
+
+
+def write_atomic(path: Path, blob: bytes) -> None:
+    """Replace ``path`` with ``blob`` crash-safely (temp file, fsync, rename, dir fsync)."""
+    tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ConsumerRuntime:
+    """One consumer on this server (today always its leader)."""
+
+    def __init__(self, owner: StreamConsumers, core: ConsumerCore) -> None:
+        self.owner = owner
+        self.env = owner.env
+        self.core = core
+        self.loop = asyncio.get_running_loop()
+        self.closed = False
+        self.client = owner.new_client(f"consumer {core.stream} > {core.name}")
+        self.waitq = WaitQueue(core.cfg.max_waiting)
+        self._kicked = False
+        self._interest_memo: dict[str, bool] = {}
+        self._ack_prefix = f"$JS.ACK.{core.stream}.{core.name}."
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._ack_due_ns = 0
+        self._wait_timer: asyncio.TimerHandle | None = None
+        self._hb_timer: asyncio.TimerHandle | None = None
+        self._poll_timer: asyncio.TimerHandle | None = None
+        self._poll_s = INTEREST_POLL_MIN_S
+        self._inactive_timer: asyncio.TimerHandle | None = None
+        self._pause_timer: asyncio.TimerHandle | None = None
+        self._replay_timer: asyncio.TimerHandle | None = None
+        self._replay_prev_ts = 0
+        self._replay_due_ns = 0
+        self._replay_upto = owner.source().bounds()[1]
+        self._flush_timer: asyncio.TimerHandle | None = None
+        self._inflight: concurrent.futures.Future[None] | None = None
+        self.dirty = False
+        # Push state.
+        self.active = False
+        self.inactive_since_ns = 0
+        self.last_sent_ns = 0
+        self.pbytes = 0
+        self.maxpb = FC_MAX_PENDING // 16
+        self.fcid = ""
+        self.fcsz = 0
+        self.last_activity_ns = now_ns()
+
+    def _later(self, delay_s: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        """call_later with a cap: huge configured durations must not overflow the loop's
+        timer; every handler re-checks its condition, so an early wake-up is harmless."""
+        return self.loop.call_later(min(max(delay_s, 0.0), MAX_TIMER_S), callback)
+
+    # --- identity for the stream's consumer registry -------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self.core.name
+
+    @property
+    def filters(self) -> tuple[str, ...]:
+        return self.core.filters
+
+    @property
+    def cfg(self) -> ConsumerConfig:
+        return self.core.cfg
+
+    def needs_ack(self, seq: int, subject: str) -> bool:
+        return self.core.needs_ack(seq, subject)
+
+    def deliver_bound(self) -> bool:
+        subject = self.cfg.deliver_subject
+        return bool(subject) and has_interest(self.env.account, subject)
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        core = self.core
+        self.client.subscribe(f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack)
+        if self.cfg.flow_control:
+            self.client.subscribe(f"$JS.FC.{core.stream}.{core.name}.>", self._on_fc)
+        if core.state.pending:
+            # Restored with outstanding deliveries: work out their deadlines right away.
+            now = now_ns()
+            self._arm_ack_timer(now, due=now)
+        if self.cfg.is_push:
+            self._check_push_interest()
+            self._arm_hb_timer()
+        else:
+            self._arm_inactive_timer()
+        self.kick()
+
+    def stop(self, deleted: bool) -> None:
+        """Stop delivering. ``deleted``: tell waiting pull requests (409 Consumer Deleted)."""
+        if self.closed:
+            return
+        self.closed = True
+        for handle in (
+            self._ack_timer,
+            self._wait_timer,
+            self._hb_timer,
+            self._poll_timer,
+            self._inactive_timer,
+            self._flush_timer,
+            self._pause_timer,
+            self._replay_timer,
+        ):
+            if handle is not None:
+                handle.cancel()
+        if deleted:
+            for wr in self.waitq.drain():
+                self._send_status(status(wr.reply, 409, "Consumer Deleted"))
+        self.client.close()
+
+    def update_config(self, cfg: ConsumerConfig) -> None:
+        old = self.core.cfg
+        self.core.update_config(cfg)
+        if self._pause_timer is not None:
+            self._pause_timer.cancel()
+            self._pause_timer = None
+        self.waitq.max_waiting = cfg.max_waiting
+        if cfg.deliver_subject != old.deliver_subject:
+            # Everything outstanding goes to the new deliver subject.
+            self._force_expire_pending()
+            self._check_push_interest()
+        self.dirty = True
+        self.kick()
+
+    # --- proposing ------------------------------------------------------------------------
+
+    def propose(self, entry: Entry, notify: bool = True) -> list[int]:
+        """Apply a replicated entry (single server: locally) and carry out its effects.
+
+        ``notify``: tell the stream about sequences we no longer need (retention)."""
+        done = self.core.apply(entry)
+        if not self.dirty:
+            self._mark_dirty()
+        if done and notify and self.owner.retention != "limits":
+            for seq in done:
+                self.owner.consumer_ack(seq)
+        return done
+
+    # --- delivery -------------------------------------------------------------------------
+
+    def kick(self) -> None:
+        if not self._kicked and not self.closed:
+            self._kicked = True
+            self.loop.call_soon(self._run)
+
+    def _can_send(self) -> bool:
+        if self.cfg.is_push:
+            return self.active and not (self.maxpb and self.pbytes > self.maxpb and self.fcid)
+        return len(self.waitq) > 0
+
+    def _run(self) -> None:
+        self._kicked = False
+        self._interest_memo.clear()
+        if self.closed or self._paused():
+            return
+        core, src = self.core, self.owner.source()
+        now = now_ns()
+        if self.cfg.is_push and not self.active:
+            self._check_push_interest()
+        if not self._can_send():
+            self._after_run(now, eos=False)
+            return
+        core.num_pending(src)  # refresh the running count once per turn
+        sent = 0
+        while sent < RUN_BUDGET and self._can_send():
+            step = core.next_step(src)
+            if step is None:
+                break
+            if not isinstance(step, Candidate):
+                self.propose(step)
+                continue
+            if self._replay_wait(step, now):
+                return
+            if not self._deliver(step, now):
+                break
+            sent += 1
+        if sent >= RUN_BUDGET:
+            self.kick()
+            return
+        stalled = 0 < self.cfg.max_ack_pending <= core.num_ack_pending
+        self._after_run(now, eos=not stalled)
+
+    def _replay_wait(self, cand: Candidate, now: int) -> bool:
+        """replay_policy original: while catching up with what the stream held when the
+        consumer started, space first deliveries as the messages were originally spaced.
+        True: the candidate went back and a timer resumes delivery."""
+        if self.cfg.replay_policy != "original" or cand.dc != 1:
+            return False
+        msg = cand.msg
+        if msg.seq > self._replay_upto:
+            return False
+        if self._replay_prev_ts and not self._replay_due_ns:
+            gap = msg.ts_ns - self._replay_prev_ts
+            if gap > 1_000_000:
+                self._replay_due_ns = now + gap
+        if self._replay_due_ns and now < self._replay_due_ns:
+            self.core.requeue(cand)
+            if self._replay_timer is None:
+                delay = (self._replay_due_ns - now) / 1e9
+                self._replay_timer = self._later(delay, self._on_replay_timer)
+            return True
+        self._replay_due_ns = 0
+        self._replay_prev_ts = msg.ts_ns
+        return False
+
+    def _on_replay_timer(self) -> None:
+        self._replay_timer = None
+        self.kick()
+
+    def _deliver(self, cand: Candidate, now: int) -> bool:
+        core, msg = self.core, cand.msg
+        cfg = core.cfg
+        dseq = core.dseq
+        reply = core.ack_reply(msg.seq, dseq, cand.dc, msg.ts_ns, max(core.npc, 0))
+        hdr, data = msg.hdr, msg.data
+        if cfg.headers_only:
+            hdr, data = headers_only(hdr, data), b""
+        size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
+        wr: WaitingRequest | None = None
+        push = bool(cfg.deliver_subject)
+        if push:
+            dsubj = cfg.deliver_subject
+        else:
+            wr, statuses = self.waitq.take(size, now, self._interest_in_run)
+            for st in statuses:
+                self._send_status(st)
+            if wr is None:
+                core.requeue(cand)
+                return False
+            dsubj = wr.reply
+        self.propose(Delivered(dseq, msg.seq, cand.dc, now))
+        self._arm_ack_timer(now)
+        n = deliver_as(self.env, dsubj, msg.subject, reply, hdr, data)
+        self.last_sent_ns = now
+        self.last_activity_ns = now
+        if push:
+            if n == 0:
+                self._set_inactive(now)
+            elif cfg.flow_control:
+                self.pbytes += size
+                if not self.fcid and self.pbytes > self.maxpb // 2:
+                    self._send_flow_control()
+        elif wr is not None and wr.n <= 0 and wr.b > 0:
+            items = (("Nats-Pending-Messages", "0"), ("Nats-Pending-Bytes", str(wr.b)))
+            self._send_status(status(wr.reply, 409, "Batch Completed", items))
+        return True
+
+    def _after_run(self, now: int, eos: bool) -> None:
+        if not self.cfg.is_push:
+            for st in self.waitq.process(now, eos, self._interest):
+                self._send_status(st)
+            self._arm_wait_timer(now)
+
+    def _interest(self, subject: str) -> bool:
+        return has_interest(self.env.account, subject)
+
+    def _interest_in_run(self, subject: str) -> bool:
+        # Interest cannot change while one delivery run holds the loop: remember answers.
+        known = self._interest_memo.get(subject)
+        if known is None:
+            known = self._interest_memo[subject] = has_interest(self.env.account, subject)
+        return known
+
+    def _send_status(self, st: Status) -> None:
+        self.client.publish(st.reply, b"", None, st.hdr)
+
+    def _paused(self) -> bool:
+        pause = self.cfg.pause_until
+        if not pause:
+            return False
+        remaining = parse_rfc3339_ns(pause) - now_ns()
+        if remaining <= 0:
+            return False
+        if self._pause_timer is None:
+            self._pause_timer = self._later(remaining / 1e9, self._on_unpause)
+        return True
+
+    def _on_unpause(self) -> None:
+        self._pause_timer = None
+        self.kick()
+
+    # --- pull requests --------------------------------------------------------------------
+
+    def pull_request(self, reply: str, data: bytes) -> None:
+        if self.closed or not reply:
+            return
+        cfg = self.cfg
+        if cfg.is_push:
+            self._send_status(status(reply, 409, "Consumer is push based"))
+            return
+        try:
+            req = parse_pull_request(data)
+        except PullError as exc:
+            self._send_status(status(reply, exc.code, exc.description))
+            return
+        refusal = self._pull_limits(req.batch, req.expires_ns, req.max_bytes)
+        if refusal:
+            self._send_status(status(reply, 409, refusal))
+            return
+        now = now_ns()
+        self.last_activity_ns = now
+        if self.waitq.is_full():
+            self._after_run(now, eos=False)
+        if req.no_wait:
+            waiting = self.core.num_pending(self.owner.source()) + len(self.core.rdq)
+            if waiting == 0 and not req.expires_ns:
+                self._send_status(status(reply, 404, "No Messages"))
+                return
+            if 0 < waiting < self.waitq.pending_batch():
+                self._send_status(status(reply, 408, "Requests Pending"))
+                return
+        hb = req.idle_heartbeat_ns
+        wr = WaitingRequest(
+            reply=reply,
+            n=req.batch,
+            b=req.max_bytes,
+            expires_at_ns=now + req.expires_ns if req.expires_ns else 0,
+            no_wait=req.no_wait,
+            hb_ns=hb,
+            next_hb_ns=now + hb if hb else 0,
+            received_ns=now,
+        )
+        if not self.waitq.add(wr):
+            if not hb:
+                self._send_status(status(reply, 409, "Exceeded MaxWaiting"))
+            return
+        self.waitq.last_ns = now
+        self.kick()
+        self._arm_wait_timer(now)
+
+    def _pull_limits(self, batch: int, expires_ns: int, max_bytes: int) -> str:
+        cfg = self.cfg
+        if cfg.max_batch > 0 and batch > cfg.max_batch:
+            return f"Exceeded MaxRequestBatch of {cfg.max_batch}"
+        if expires_ns and cfg.max_expires > 0 and expires_ns > cfg.max_expires:
+            return f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}"
+        if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
+            return f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
+        return ""
+
+    def _arm_wait_timer(self, now: int) -> None:
+        due = self.waitq.next_deadline()
+        if self._wait_timer is not None:
+            self._wait_timer.cancel()
+            self._wait_timer = None
+        if due and not self.closed:
+            self._wait_timer = self._later(max(due - now, 0) / 1e9, self._on_wait_timer)
+
+    def _on_wait_timer(self) -> None:
+        self._wait_timer = None
+        if self.closed:
+            return
+        now = now_ns()
+        for st in self.waitq.process(now, False, self._interest):
+            self._send_status(st)
+        core = self.core
+        for st in self.waitq.heartbeats(now, lambda: heartbeat_hdr(core.dseq - 1, core.sseq - 1)):
+            self._send_status(st)
+        self._arm_wait_timer(now)
+
+    # --- push: interest, heartbeats, flow control -----------------------------------------
+
+    def _check_push_interest(self) -> None:
+        now = now_ns()
+        if has_interest(self.env.account, self.cfg.deliver_subject):
+            if not self.active:
+                self.active = True
+                self.inactive_since_ns = 0
+                self._poll_s = INTEREST_POLL_MIN_S
+                self.kick()
+            # No interest notifications from the sublist: while bound, look again now and
+            # then, so a consumer whose subscriber left is noticed (inactive_threshold).
+            thresh = self.cfg.inactive_threshold
+            if thresh > 0 and self._poll_timer is None and not self.closed:
+                delay = min(ACTIVE_POLL_S, max(thresh / 4e9, INTEREST_POLL_MIN_S))
+                self._poll_timer = self._later(delay, self._on_poll)
+        else:
+            self._set_inactive(now)
+
+    def _set_inactive(self, now: int) -> None:
+        if self.active or not self.inactive_since_ns:
+            self.inactive_since_ns = now
+        self.active = False
+        if self._poll_timer is None and not self.closed:
+            self._poll_timer = self._later(self._poll_s, self._on_poll)
+            self._poll_s = min(self._poll_s * 2, INTEREST_POLL_MAX_S)
+        self._arm_inactive_timer()
+
+    def _on_poll(self) -> None:
+        self._poll_timer = None
+        if not self.closed:
+            self._check_push_interest()
+
+    def _arm_hb_timer(self) -> None:
+        hb = self.cfg.idle_heartbeat
+        if hb > 0 and not self.closed:
+            self._hb_timer = self._later(hb / 1e9, self._on_hb_timer)
+
+    def _on_hb_timer(self) -> None:
+        self._hb_timer = None
+        if self.closed:
+            return
+        hb = self.cfg.idle_heartbeat
+        now = now_ns()
+        idle = now - self.last_sent_ns
+        if idle >= hb * 0.99:
+            if self.active:
+                core = self.core
+                hdr = heartbeat_hdr(core.dseq - 1, core.sseq - 1, self.fcid)
+                self.client.publish(self.cfg.deliver_subject, b"", None, hdr)
+                self.last_sent_ns = now
+            delay = hb
+        else:
+            delay = hb - idle
+        self._hb_timer = self._later(delay / 1e9, self._on_hb_timer)
+
+    def _send_flow_control(self) -> None:
+        core = self.core
+        token = "".join(self.env.rng.choice(_FC_CHARS) for _ in range(4))
+        self.fcid = f"$JS.FC.{core.stream}.{core.name}.{token}"
+        self.fcsz = self.pbytes
+        hdr = encode_headers((), status=100, description="FlowControl Request")
+        self.client.publish(self.cfg.deliver_subject, b"", self.fcid, hdr)
+
+    def _on_fc(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if subject != self.fcid:
+            return
+        if self.maxpb < FC_MAX_PENDING:
+            self.maxpb = min(self.maxpb * 2, FC_MAX_PENDING)
+        self.pbytes = max(self.pbytes - self.fcsz, 0)
+        self.fcid, self.fcsz = "", 0
+        self.kick()
+
+    # --- acks -----------------------------------------------------------------------------
+
+    def _on_ack(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if self.closed:
+            return
+        sseq = dseq = -1
+        if subject.startswith(self._ack_prefix):
+            # Fast path for our own v1 ack subjects: <dc>.<sseq>.<dseq>.<ts>.<pending>.
+            parts = subject[len(self._ack_prefix) :].split(".")
+            if len(parts) == 5 and parts[1].isdigit() and parts[2].isdigit():
+                sseq, dseq = int(parts[1]), int(parts[2])
+        if sseq < 0:
+            info = parse_ack_subject(subject)
+            if info is None:
+                return
+            sseq, dseq = info.sseq, info.dseq
+        self.last_activity_ns = now = now_ns()
+        body = data.strip() if data else b""
+        send_reply = True
+        if not body or body == b"+ACK" or body == b"+OK":
+            self._ack(sseq, dseq)
+        elif body.startswith(b"+NXT"):
+            self._ack(sseq, dseq)
+            if reply:
+                self.pull_request(reply, body[4:])
+            send_reply = False
+        elif body.startswith(b"-NAK"):
+            self._nak(sseq, dseq, body[4:].strip(), now)
+        elif body == b"+WPI":
+            if sseq in self.core.state.pending:
+                self.propose(Progress(sseq, now))
+        elif body.startswith(b"+TERM"):
+            self._ack(sseq, dseq, term=True)
+        else:
+            send_reply = False
+        if reply and send_reply:
+            self.client.publish(reply, b"")
+
+    def _ack(self, sseq: int, dseq: int, term: bool = False) -> None:
+        core = self.core
+        # An ack for something we have not delivered yet is bogus; ignore it.
+        if sseq >= core.sseq and sseq > core.state.delivered.stream_seq:
+            return
+        limit = core.cfg.max_ack_pending
+        was_full = 0 < limit <= len(core.state.pending)
+        core.last_ack_ns = self.last_activity_ns
+        self.propose(Acked(sseq, dseq, term))
+        if was_full and len(core.state.pending) < limit:
+            self.kick()
+
+    def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
+        core = self.core
+        st = core.state
+        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or sseq not in st.pending:
+            return
+        delay = parse_nak_delay(arg)
+        ack_wait = self.cfg.ack_wait
+        if delay is not None and delay > 0:
+            self.propose(Nakked(sseq, now - ack_wait + delay, delayed=True))
+            self._arm_ack_timer(now, due=now + delay)
+            return
+        self.propose(Nakked(sseq, now - ack_wait, delayed=False))
+        core.nak_now(sseq)
+        self.kick()
+
+    def _force_expire_pending(self) -> None:
+        for seq in sorted(self.core.state.pending):
+            self.core.nak_now(seq)
+
+    # --- ack timer ------------------------------------------------------------------------
+
+    def _arm_ack_timer(self, now: int, due: int = 0) -> None:
+        if self.cfg.ack_policy == "none" or self.closed:
+            return
+        if not due:
+            if not self.core.state.pending:
+                return
+            due = now + (min(self.cfg.backoff) if self.cfg.backoff else self.cfg.ack_wait)
+        if self._ack_timer is not None:
+            if self._ack_due_ns <= due:
+                return
+            self._ack_timer.cancel()
+        self._ack_due_ns = due
+        self._ack_timer = self._later(max(due - now, 0) / 1e9 + 0.001, self._on_ack_timer)
+
+    def _on_ack_timer(self) -> None:
+        self._ack_timer = None
+        if self.closed:
+            return
+        now = now_ns()
+        exhausted, next_due = self.core.check_pending(now)
+        for entry in exhausted:
+            self.propose(entry)
+        if self.core.has_redeliveries():
+            self.kick()
+        if next_due is not None:
+            self._arm_ack_timer(now, due=next_due)
+
+    # --- inactivity -----------------------------------------------------------------------
+
+    def _arm_inactive_timer(self) -> None:
+        thresh = self.cfg.inactive_threshold
+        if thresh <= 0 or self.closed or self._inactive_timer is not None:
+            return
+        self._inactive_timer = self._later(thresh / 1e9, self._on_inactive_timer)
+
+    def _on_inactive_timer(self) -> None:
+        self._inactive_timer = None
+        if self.closed:
+            return
+        thresh = self.cfg.inactive_threshold
+        now = now_ns()
+        if self.cfg.is_push:
+            if self.active or has_interest(self.env.account, self.cfg.deliver_subject):
+                return
+            since = self.inactive_since_ns or now
+        else:
+            self._after_run(now, eos=False)
+            if len(self.waitq):
+                self._arm_inactive_timer()
+                return
+            since = max(self.last_activity_ns, self.waitq.last_ns)
+        if now - since >= thresh:
+            log.debug("deleting inactive consumer %s > %s", self.core.stream, self.core.name)
+            self.owner.delete(self.core.name)
+            return
+        self._inactive_timer = self._later((since + thresh - now) / 1e9, self._on_inactive_timer)
+
+    # --- persistence ----------------------------------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        self.dirty = True
+        if (
+            self._flush_timer is None
+            and not self.closed
+            and self.owner.persistent
+            and not self.cfg.mem_storage
+        ):
+            self._flush_timer = self._later(STATE_FLUSH_S, self._flush_soon)
+
+    def _flush_soon(self) -> None:
+        self._flush_timer = None
+        if self.closed or not self.dirty:
+            return
+        if self._inflight is not None:
+            self._mark_dirty()
+            return
+        path = self.owner.state_path(self.core.name)
+        if path is None:
+            return
+        self.dirty = False
+        blob = consumer_state.encode(consumer_state.snapshot(self.core))
+        fut = _WRITER.submit(write_atomic, path, blob)
+        self._inflight = fut
+        loop = self.loop
+        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, f))
+
+    def _flushed(self, fut: concurrent.futures.Future[None]) -> None:
+        if self._inflight is fut:
+            self._inflight = None
+        if self.closed:
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("writing consumer state %s > %s: %s", self.core.stream, self.core.name, exc)
+            self.dirty = True
+        if self.dirty:
+            self._mark_dirty()
+
+    def wait_writes(self) -> None:
+        """Block until a background state write has finished (before deleting or a final
+        synchronous write, so an older snapshot can never land after a newer one)."""
+        fut = self._inflight
+        if fut is not None:
+            with contextlib.suppress(Exception):
+                fut.result(timeout=10)
+            self._inflight = None
+
+    def write_now(self) -> None:
+        """Synchronous write (create/update answers and shutdown wait for it)."""
+        path = self.owner.state_path(self.core.name)
+        if path is None:
+            return
+        self.wait_writes()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, consumer_state.encode(consumer_state.snapshot(self.core)))
+        self.dirty = False
+
+    # --- info -----------------------------------------------------------------------------
+
+    def info(self, now: int | None = None) -> dict[str, Any]:
+        now = now_ns() if now is None else now
+        if not self.cfg.is_push:
+            for st in self.waitq.process(now, False, self._interest):
+                self._send_status(st)
+        push_bound = self.cfg.is_push and has_interest(self.env.account, self.cfg.deliver_subject)
+        return consumer_info(
+            self.core,
+            self.owner.source(),
+            now_ns=now,
+            num_waiting=len(self.waitq),
+            push_bound=push_bound,
+        )

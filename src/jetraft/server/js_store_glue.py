@@ -1,0 +1,160 @@
+"""On-disk layout of JetStream streams, and opening their stores.
+
+Layout (nats-server's): ``<store_dir>/jetstream/<account>/streams/<stream>/`` holding
+
+* ``meta.json``: the stream config and creation time, written atomically (temp file, fsync,
+  rename, directory fsync) and carrying a SHA-256 of its own content, so a torn or edited file
+  is detected instead of being half-believed;
+* the FileStore's files (``LOCK``, ``msgs/``);
+* ``obs/<consumer>/``: consumer state (written by the consumer glue).
+
+Memory streams are not written at all: like nats-server's, they vanish on restart.
+Nothing here ever deletes a stream directory except ``remove_stream_dir`` on an explicit
+STREAM.DELETE; a directory that fails to load is reported and left untouched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from jetraft.jetstream.store.types import StreamStore
+from jetraft.jetstream.stream_config import StreamConfig, from_wire, to_wire
+
+META_FILE = "meta.json"
+CONSUMERS_DIR = "obs"
+META_VERSION = 1
+
+
+class MetaError(Exception):
+    """A stream's meta file is missing, torn or inconsistent."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamMeta:
+    config: StreamConfig
+    created_ns: int
+
+
+def account_dir(store_dir: str, account: str) -> Path:
+    return Path(store_dir) / "jetstream" / account / "streams"
+
+
+def _digest(body: dict[str, object]) -> str:
+    canonical = json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(canonical).hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomic(path: Path, blob: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(blob)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def write_meta(stream_dir: Path, meta: StreamMeta) -> None:
+    stream_dir.mkdir(parents=True, exist_ok=True)
+    body: dict[str, object] = {
+        "version": META_VERSION,
+        "created": meta.created_ns,
+        "config": to_wire(meta.config),
+    }
+    doc = dict(body)
+    doc["sha256"] = _digest(body)
+    write_atomic(stream_dir / META_FILE, json.dumps(doc, indent=1).encode())
+    fsync_dir(stream_dir.parent)
+
+
+def read_meta(stream_dir: Path) -> StreamMeta:
+    path = stream_dir / META_FILE
+    try:
+        doc = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise MetaError(f"{path} is missing") from None
+    except (OSError, ValueError) as exc:
+        raise MetaError(f"{path} is unreadable: {exc}") from None
+    if not isinstance(doc, dict):
+        raise MetaError(f"{path} is not a JSON object")
+    digest = doc.pop("sha256", None)
+    if digest != _digest(doc):
+        raise MetaError(f"{path} fails its checksum")
+    if doc.get("version") != META_VERSION:
+        raise MetaError(f"{path} has unknown version {doc.get('version')!r}")
+    try:
+        config = from_wire(json.dumps(doc["config"]).encode())
+        created = int(doc["created"])
+    except Exception as exc:  # any shape problem is corruption of this file
+        raise MetaError(f"{path} holds an invalid config: {exc}") from None
+    if config.name != stream_dir.name:
+        raise MetaError(f"{path} names stream {config.name!r}, directory is {stream_dir.name!r}")
+    return StreamMeta(config, created)
+
+
+def open_store(cfg: StreamConfig, stream_dir: Path | None) -> StreamStore:
+    """A MemoryStore for memory streams (or when JetStream has no directory), else the
+    FileStore in ``<stream_dir>/msgs`` (created if new, recovered if existing)."""
+    if cfg.storage == "memory" or stream_dir is None:
+        from jetraft.jetstream.store.memory import MemoryStore
+
+        return MemoryStore()
+    from jetraft.jetstream.store.file import FileStore
+
+    return FileStore(str(stream_dir))
+
+
+def prepare_sync(store: StreamStore) -> Callable[[], None] | None:
+    """Group commit off the event loop.
+
+    Called on the loop: hands everything buffered to the OS, then returns the blocking half
+    of a sync, safe to run in a worker thread while the loop keeps storing. Returns None when
+    that split is not possible; the caller then calls ``store.sync()`` on the loop.
+
+    The StreamStore contract is single-threaded, and ``FileStore.sync()`` both writes and
+    fdatasyncs, so running it in a thread would race with ``store()``. Until the store offers
+    a split sync itself (wanted: ``begin_sync() -> Callable[[], None]``), this wrapper does
+    it from the outside: after ``flush()`` every record is in the active block file (sealed
+    blocks were fdatasync'd when they were rotated), so an fdatasync of a duplicate of the
+    active block's descriptor makes all of it durable even if the loop rotates blocks
+    meanwhile. When a new block file was created since the last real sync, its directory
+    entry must be made durable too: then the store's own ``sync()`` runs on the loop.
+    """
+    from jetraft.jetstream.store.file import FileStore
+
+    if not isinstance(store, FileStore):
+        return None
+    wfd = getattr(store, "_wfd", None)
+    if not isinstance(wfd, int) or getattr(store, "_dir_dirty", True):
+        return None
+    store.flush()
+    fd = os.dup(wfd)
+
+    def work() -> None:
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    return work
+
+
+def remove_stream_dir(stream_dir: Path) -> None:
+    """STREAM.DELETE only: the one place stream data is removed."""
+    if stream_dir.exists():
+        shutil.rmtree(stream_dir)
+        fsync_dir(stream_dir.parent)

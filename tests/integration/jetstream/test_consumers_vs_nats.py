@@ -1,0 +1,146 @@
+"""Differential test: the same consumer scenario against a real nats-server and jetraft; the
+ConsumerInfo answers must agree (times, server metadata and inbox names aside)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.integration.jetstream.consumer_support import nats_server_binary
+
+pytestmark = pytest.mark.skipif(
+    not os.path.exists(nats_server_binary()), reason="nats-server binary not installed"
+)
+
+
+def _normalise(d: dict[str, Any]) -> dict[str, Any]:
+    for key in ("created", "ts"):
+        d.pop(key, None)
+    for key in ("delivered", "ack_floor"):
+        if key in d:
+            d[key].pop("last_active", None)
+    cfg = d.get("config", {})
+    if isinstance(cfg.get("metadata"), dict):
+        cfg["metadata"] = {k: v for k, v in cfg["metadata"].items() if not k.startswith("_nats")}
+        if not cfg["metadata"]:
+            del cfg["metadata"]
+    if "deliver_subject" in cfg:
+        cfg["deliver_subject"] = "<inbox>"
+    return d
+
+
+async def _scenario(url: str) -> dict[str, Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    js = nc.jetstream()
+    out: dict[str, Any] = {}
+
+    async def api(subject: str, body: Any = None) -> dict[str, Any]:
+        data = json.dumps(body).encode() if body is not None else b""
+        msg = await nc.request("$JS.API." + subject, data, timeout=2)
+        return _normalise(json.loads(msg.data))
+
+    async def fetch_ack(name: str, n: int, ack: list[int]) -> list[Any]:
+        sub = await js.pull_subscribe_bind(name, stream="S")
+        msgs = await sub.fetch(n, timeout=0.5)
+        for i in ack:
+            await msgs[i].ack_sync()
+        return msgs
+
+    await js.add_stream(name="S", subjects=["s.>"])
+    for subject in ["s.a", "s.b", "s.a", "s.c", "s.b", "s.a"]:
+        await js.publish(subject, subject.encode())
+    await js.add_consumer("S", durable_name="F", filter_subject="s.b", ack_policy="explicit")
+    await fetch_ack("F", 5, [0, 1])
+    out["filtered"] = await api("CONSUMER.INFO.S.F")
+    for name, extra in [
+        ("N", {"deliver_policy": "new"}),
+        ("L", {"deliver_policy": "last"}),
+        ("P", {"deliver_policy": "last_per_subject", "filter_subject": "s.*"}),
+        ("Q", {"deliver_policy": "by_start_sequence", "opt_start_seq": 4}),
+        ("M", {"filter_subjects": ["s.a", "s.c"], "max_ack_pending": 2}),
+    ]:
+        config = {"durable_name": name, "ack_policy": "explicit", **extra}
+        out[f"create {name}"] = await api(
+            f"CONSUMER.CREATE.S.{name}", {"stream_name": "S", "config": config}
+        )
+    await fetch_ack("M", 5, [1])
+    out["max ack pending"] = await api("CONSUMER.INFO.S.M")
+    await js.add_consumer("S", durable_name="A", ack_policy="all")
+    await fetch_ack("A", 4, [2])
+    out["ack all"] = await api("CONSUMER.INFO.S.A")
+    await js.add_consumer("S", durable_name="R", ack_policy="explicit", ack_wait=0.2, max_deliver=2)
+    await fetch_ack("R", 2, [1])
+    sub = await js.pull_subscribe_bind("R", stream="S")
+    await sub.fetch(1, timeout=1)
+    out["redelivered"] = await api("CONSUMER.INFO.S.R")
+    inbox = nc.new_inbox()
+    push = await nc.subscribe(inbox)
+    await js.add_consumer("S", durable_name="Z", ack_policy="none", deliver_subject=inbox)
+    for _ in range(6):
+        await push.next_msg(timeout=1)
+    out["push ack none"] = await api("CONSUMER.INFO.S.Z")
+    await js.purge_stream("S")
+    out["filtered after purge"] = await api("CONSUMER.INFO.S.F")
+    await js.publish("s.b", b"new")
+    out["filtered after new"] = await api("CONSUMER.INFO.S.F")
+    await nc.close()
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def test_consumer_info_matches_nats_server(tmp_path: Path) -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            nats_server_binary(),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-js",
+            "-sd",
+            str(tmp_path / "nats"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                break
+            await asyncio.sleep(0.02)
+        theirs = await _scenario(f"nats://127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    from jetraft.config import parse_config
+    from jetraft.server.server import Server
+
+    server = Server(
+        parse_config(
+            'listen: 127.0.0.1:-1\njetstream { store_dir: "%s" }\n' % (tmp_path / "jetraft")
+        )
+    )
+    await server.start()
+    try:
+        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
+    finally:
+        await server.stop()
+    assert ours.keys() == theirs.keys()
+    for key in theirs:
+        assert ours[key] == theirs[key], key

@@ -1,0 +1,51 @@
+"""One harness, two stores: every test taking ``h`` runs against memory and file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jetraft.jetstream.store import FileStore, Limits, MemoryStore
+from jetraft.jetstream.store._base import BaseStore
+
+
+class Harness:
+    def __init__(self, kind: str, root: Path) -> None:
+        self.kind = kind
+        self.root = root / "stream"
+        self.store: BaseStore | None = None
+        self.block_size = 2048  # small, so multi-block paths run in every test
+
+    def open(self, limits: Limits | None = None) -> BaseStore:
+        if self.kind == "memory":
+            self.store = MemoryStore(limits)
+        else:
+            self.store = FileStore(self.root, limits, block_size=self.block_size)
+        return self.store
+
+    def reopen(self) -> BaseStore:
+        """File: close and open again (a clean restart). Memory: the same store."""
+        assert self.store is not None
+        if self.kind == "memory":
+            return self.store
+        limits = self.store.limits
+        self.store.close()
+        self.store = FileStore(self.root, limits, block_size=self.block_size)
+        return self.store
+
+    def size(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        kind = MemoryStore if self.kind == "memory" else FileStore
+        return kind._size_of(subject, headers, data)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+
+
+@pytest.fixture(params=["memory", "file"])
+def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    harness = Harness(request.param, tmp_path)
+    yield harness
+    harness.close()

@@ -1,0 +1,390 @@
+"""The stream state machine driven through apply(), on the memory store."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.stream import (
+    ConsumerAck,
+    DeleteMsg,
+    Expire,
+    OpResult,
+    PubAck,
+    Purge,
+    StoreMsg,
+    Stream,
+    UpdateConfig,
+    decode_entry,
+    encode_entry,
+    parse_ttl_s,
+)
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.protocol.headers import encode_headers
+
+S = 1_000_000_000
+T0 = 1_700_000_000 * S
+
+
+def make(**kw: object) -> Stream:
+    kw.setdefault("subjects", ("s.>",))
+    cfg = StreamConfig(name="S", **kw)  # type: ignore[arg-type]
+    return Stream(cfg, MemoryStore(), created_ns=T0)
+
+
+def pub(
+    stream: Stream,
+    subject: str = "s.a",
+    data: bytes = b"x",
+    ts: int = T0,
+    reply: str = "r",
+    **headers: str,
+) -> PubAck:
+    hdr = encode_headers({k.replace("_", "-"): v for k, v in headers.items()}) if headers else None
+    result = stream.apply(StoreMsg(subject, reply, hdr, data, ts))
+    assert isinstance(result, PubAck)
+    return result
+
+
+def err_code(ack: PubAck | OpResult) -> int | None:
+    return None if ack.error is None else ack.error.err_code
+
+
+def test_store_and_puback_body() -> None:
+    s = make()
+    ack = pub(s)
+    assert (ack.seq, ack.duplicate, ack.error) == (1, False, None)
+    assert json.loads(ack.body()) == {"stream": "S", "seq": 1}
+    assert s.store.state().msgs == 1
+    assert pub(s).seq == 2
+
+
+def test_error_body_shape() -> None:
+    s = make(sealed=True)
+    body = json.loads(pub(s).body())
+    assert body == {
+        "error": {
+            "code": 400,
+            "err_code": 10109,
+            "description": "invalid operation on sealed stream",
+        },
+        "stream": "S",
+        "seq": 0,
+    }
+
+
+def test_dedupe_within_window_and_after() -> None:
+    s = make(duplicate_window=2 * S)
+    first = pub(s, Nats_Msg_Id="a")
+    dup = pub(s, ts=T0 + S, Nats_Msg_Id="a")
+    assert (dup.seq, dup.duplicate) == (first.seq, True)
+    assert json.loads(dup.body()) == {"stream": "S", "seq": 1, "duplicate": True}
+    assert s.store.state().msgs == 1
+    later = pub(s, ts=T0 + 3 * S, Nats_Msg_Id="a")
+    assert (later.seq, later.duplicate) == (2, False)
+
+
+def test_expected_stream_and_last_sequence() -> None:
+    s = make()
+    assert err_code(pub(s, Nats_Expected_Stream="OTHER")) == 10060
+    assert err_code(pub(s, Nats_Expected_Stream="S")) is None
+    bad = pub(s, Nats_Expected_Last_Sequence="5")
+    assert bad.error is not None and bad.error.description == "wrong last sequence: 1"
+    assert err_code(pub(s, Nats_Expected_Last_Sequence="1")) is None
+    assert err_code(pub(s, Nats_Expected_Last_Sequence="abc")) == 10071
+    assert s.store.state().msgs == 2
+
+
+def test_expected_last_subject_sequence() -> None:
+    s = make()
+    assert pub(s, "s.k", Nats_Expected_Last_Subject_Sequence="0").seq == 1
+    again = pub(s, "s.k", Nats_Expected_Last_Subject_Sequence="0")
+    assert again.error is not None
+    assert (again.error.err_code, again.error.description) == (10071, "wrong last sequence: 1")
+    assert pub(s, "s.other", Nats_Expected_Last_Subject_Sequence="0").seq == 2
+    assert pub(s, "s.k", Nats_Expected_Last_Subject_Sequence="1").seq == 3
+    # The -Subject variant checks another subject's last sequence.
+    via = pub(
+        s,
+        "s.z",
+        Nats_Expected_Last_Subject_Sequence="2",
+        Nats_Expected_Last_Subject_Sequence_Subject="s.other",
+    )
+    assert via.seq == 4
+    assert err_code(pub(s, "s.z", Nats_Expected_Last_Subject_Sequence_Subject="s.k")) == 10193
+
+
+def test_expected_last_msg_id() -> None:
+    s = make()
+    pub(s, Nats_Msg_Id="one")
+    bad = pub(s, Nats_Expected_Last_Msg_Id="zero")
+    assert bad.error is not None
+    assert (bad.error.err_code, bad.error.description) == (10070, "wrong last msg ID: one")
+    assert pub(s, Nats_Expected_Last_Msg_Id="one").seq == 2
+    # The message without an id reset the last id.
+    assert err_code(pub(s, Nats_Expected_Last_Msg_Id="one")) == 10070
+
+
+def test_rollups() -> None:
+    s = make()
+    denied = pub(s, Nats_Rollup="sub")
+    assert denied.error is not None
+    assert (denied.error.err_code, denied.error.description) == (10111, "rollup not permitted")
+    s = make(allow_rollup_hdrs=True)
+    for subject in ("s.a", "s.a", "s.b", "s.b"):
+        pub(s, subject)
+    assert pub(s, "s.a", Nats_Rollup="sub").seq == 5
+    assert s.store.subjects_state() == {"s.a": 1, "s.b": 2}
+    assert err_code(pub(s, "s.a", Nats_Rollup="nope")) == 10111
+    assert pub(s, "s.c", Nats_Rollup="all").seq == 6
+    assert s.store.state().msgs == 1
+
+
+def test_max_msg_size_counts_headers() -> None:
+    s = make(max_msg_size=10)
+    assert err_code(pub(s, data=b"x" * 10)) is None
+    assert err_code(pub(s, data=b"x" * 11)) == 10054
+    assert err_code(pub(s, data=b"x", Nats_Msg_Id="id")) == 10054
+
+
+def test_discard_new_limits() -> None:
+    s = make(discard="new", max_msgs=1)
+    pub(s)
+    full = pub(s)
+    assert full.error is not None
+    assert (full.error.code, full.error.err_code) == (503, 10077)
+    assert full.error.description == "maximum messages exceeded"
+    s = make(discard="new", max_msgs_per_subject=1, discard_new_per_subject=True)
+    pub(s, "s.a")
+    per = pub(s, "s.a")
+    assert per.error is not None
+    assert per.error.description == "maximum messages per subject exceeded"
+    assert pub(s, "s.b").seq == 2
+
+
+def test_discard_old_keeps_newest() -> None:
+    s = make(max_msgs=2)
+    for _ in range(5):
+        pub(s)
+    st = s.store.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (2, 4, 5)
+
+
+def test_sealed_deny_delete_deny_purge() -> None:
+    s = make(deny_delete=True, deny_purge=True)
+    pub(s)
+    deleted = s.apply(DeleteMsg(1))
+    assert deleted.error is not None and deleted.error.description == "message delete not permitted"
+    purged = s.apply(Purge())
+    assert purged.error is not None
+    assert (purged.error.err_code, purged.error.description) == (
+        10110,
+        "stream purge not permitted",
+    )
+    s.apply(UpdateConfig(msgspec.structs.replace(s.config, sealed=True)))
+    assert err_code(pub(s)) == 10109
+    assert err_code(s.apply(Purge())) == 10109
+
+
+def test_delete_msg() -> None:
+    s = make()
+    pub(s)
+    pub(s)
+    pub(s)
+    assert s.apply(DeleteMsg(1)) == OpResult(True, 1)
+    again = s.apply(DeleteMsg(1))  # below the first sequence now
+    assert again.error is not None and again.error.description == "no message found"
+    pub(s)
+    assert s.apply(DeleteMsg(3)) == OpResult(True, 1)
+    interior = s.apply(DeleteMsg(3))  # a hole between live messages
+    assert interior.error is not None
+    assert (interior.error.err_code, interior.error.description) == (10043, "sequence 3 not found")
+    beyond = s.apply(DeleteMsg(9))
+    assert beyond.error is not None and beyond.error.description == "stream store EOF"
+    assert s.store.state().msgs == 2
+
+
+def test_purge_forms() -> None:
+    s = make()
+    for subject in ("s.a", "s.b", "s.a", "s.b", "s.a"):
+        pub(s, subject)
+    assert s.apply(Purge(filter="s.a", keep=1)) == OpResult(True, 2)
+    assert s.store.subjects_state() == {"s.a": 1, "s.b": 2}
+    assert s.apply(Purge(seq=4)).count == 1  # removes seq 2 (s.b); 4 and 5 stay
+    assert s.apply(Purge()).count == 2
+    st = s.store.state()
+    assert (st.msgs, st.last_seq) == (0, 5)
+    assert pub(s).seq == 6
+
+
+def test_max_age_expiry_by_entry_time() -> None:
+    s = make(max_age=10 * S)
+    pub(s, ts=T0)
+    pub(s, ts=T0 + 5 * S)
+    assert s.next_expiry_ns() == T0 + 10 * S
+    assert s.apply(Expire(T0 + 9 * S)).count == 0
+    assert s.apply(Expire(T0 + 11 * S)).count == 1
+    assert s.next_expiry_ns() == T0 + 15 * S
+    assert s.apply(Expire(T0 + 16 * S)).count == 1
+    assert s.next_expiry_ns() is None
+
+
+def test_message_ttl() -> None:
+    s = make()
+    assert err_code(pub(s, Nats_TTL="5")) == 10166
+    assert err_code(pub(s, Nats_TTL="abc")) == 10165
+    s = make(allow_msg_ttl=True)
+    pub(s, ts=T0, Nats_TTL="2s")
+    pub(s, ts=T0, Nats_TTL="never")
+    pub(s, ts=T0)
+    assert s.next_expiry_ns() == T0 + 2 * S
+    assert s.apply(Expire(T0 + 3 * S)).count == 1
+    assert s.store.state().msgs == 2
+    assert err_code(pub(s, Nats_TTL="500ms")) == 10165
+
+
+def test_parse_ttl() -> None:
+    assert parse_ttl_s("10") == 10
+    assert parse_ttl_s("1m30s") == 90
+    assert parse_ttl_s("never") == -1
+    for bad in ("-1", "x", "0.5s", "1d"):
+        with pytest.raises(ApiError) as exc:
+            parse_ttl_s(bad)
+        assert exc.value.err_code == 10165
+
+
+@dataclass
+class FakeConsumer:
+    name: str
+    filters: tuple[str, ...] = ()
+    acked: set[int] = field(default_factory=set)
+
+    def needs_ack(self, seq: int, subject: str) -> bool:
+        if self.filters and not any(f == subject for f in self.filters):
+            return False
+        return seq not in self.acked
+
+
+def test_interest_retention() -> None:
+    s = make(retention="interest")
+    nobody = pub(s, "s.a")
+    assert nobody.seq == 1 and s.store.state().msgs == 0  # no interest: sequence burned
+    c1, c2 = FakeConsumer("c1"), FakeConsumer("c2", ("s.b",))
+    s.add_consumer(c1)
+    s.add_consumer(c2)
+    pub(s, "s.a")  # 2: c1 only
+    pub(s, "s.b")  # 3: both
+    c1.acked.add(2)
+    s.on_consumer_ack(2)
+    assert s.store.load(2) is None
+    c1.acked.add(3)
+    s.on_consumer_ack(3)
+    assert s.store.load(3) is not None  # c2 still needs it
+    s.remove_consumer("c2")
+    assert s.store.load(3) is None
+
+
+def test_workqueue_removes_on_ack() -> None:
+    s = make(retention="workqueue")
+    s.add_consumer(FakeConsumer("w"))
+    pub(s)
+    pub(s)
+    s.apply(ConsumerAck(1))
+    assert s.store.load(1) is None and s.store.load(2) is not None
+
+
+def test_observers_hear_changes() -> None:
+    events: list[tuple[str, object]] = []
+
+    class Obs:
+        def on_stored(self, seq: int, subject: str) -> None:
+            events.append(("stored", seq))
+
+        def on_removed(self, seqs: list[int]) -> None:
+            events.append(("removed", list(seqs)))
+
+        def on_purged(self, first_seq: int, filter_subject: str) -> None:
+            events.append(("purged", first_seq))
+
+    s = make(max_msgs=1)
+    s.add_observer(Obs())
+    last: list[int] = []
+    s.add_listener(last.append)
+    pub(s)
+    pub(s)
+    s.apply(Purge())
+    assert events == [("stored", 1), ("removed", [1]), ("stored", 2), ("purged", 3)]
+    assert last == [1, 2]
+
+
+def test_recover_rebuilds_dedupe_and_last_msg_id() -> None:
+    s = make(duplicate_window=60 * S)
+    pub(s, ts=T0, Nats_Msg_Id="a")
+    pub(s, ts=T0 + S, Nats_Msg_Id="b")
+    restarted = Stream(s.config, s.store, T0)
+    restarted.recover()
+    assert restarted.last_msg_id == "b"
+    dup = pub(restarted, ts=T0 + 2 * S, Nats_Msg_Id="a")
+    assert (dup.seq, dup.duplicate) == (1, True)
+
+
+def test_entries_roundtrip() -> None:
+    cfg = StreamConfig(name="S", subjects=("a",))
+    entries = [
+        StoreMsg("a", "r", b"NATS/1.0\r\n\r\n", b"d", 5),
+        StoreMsg("a", "", None, b"", 6),
+        Purge("a", 0, 2),
+        DeleteMsg(3, True),
+        UpdateConfig(cfg),
+        Expire(7),
+        ConsumerAck(9),
+    ]
+    for entry in entries:
+        assert decode_entry(encode_entry(entry)) == entry
+
+
+ops = st.one_of(
+    st.builds(
+        lambda subj, mid, dt: ("pub", subj, mid, dt),
+        st.sampled_from(["s.a", "s.b", "s.c"]),
+        st.sampled_from(["", "m1", "m2", "m3"]),
+        st.integers(0, 3),
+    ),
+    st.builds(lambda keep: ("purge", keep), st.integers(0, 2)),
+    st.builds(lambda seq: ("del", seq), st.integers(1, 20)),
+    st.builds(lambda dt: ("expire", dt), st.integers(0, 5)),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(ops, max_size=40))
+def test_replicas_applying_the_same_entries_agree(script: list[tuple[object, ...]]) -> None:
+    """Determinism: the same entries give the same answers and the same store."""
+    entries = []
+    now = T0
+    for op in script:
+        if op[0] == "pub":
+            _, subj, mid, dt = op
+            now += int(dt) * S  # type: ignore[call-overload]
+            hdr = encode_headers({"Nats-Msg-Id": str(mid)}) if mid else None
+            entries.append(StoreMsg(str(subj), "r", hdr, b"x", now))
+        elif op[0] == "purge":
+            entries.append(Purge("s.a", 0, int(op[1])))  # type: ignore[call-overload]
+        elif op[0] == "del":
+            entries.append(DeleteMsg(int(op[1])))  # type: ignore[call-overload]
+        else:
+            entries.append(Expire(now + int(op[1]) * S))  # type: ignore[call-overload]
+
+    def run() -> tuple[list[object], object, dict[str, int]]:
+        s = make(max_age=4 * S, duplicate_window=2 * S, max_msgs_per_subject=3)
+        answers = [s.apply(decode_entry(encode_entry(e))) for e in entries]
+        return answers, s.store.state(), s.store.subjects_state()
+
+    assert run() == run()
