@@ -1,8 +1,9 @@
-"""Suite-wide settings: tests run on uvloop, the loop production uses."""
+"""Suite-wide settings: async tests run on uvloop, the loop production uses."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Mapping
 
 import pytest
 
@@ -12,8 +13,9 @@ except ImportError:  # pragma: no cover - uvloop is a dependency where it instal
     uvloop = None  # type: ignore[assignment]
 
 
-@pytest.fixture(scope="session")
-def event_loop_policy() -> asyncio.AbstractEventLoopPolicy:
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
     if uvloop is not None:
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+        return {"uvloop": uvloop.new_event_loop}
+    return {"asyncio": asyncio.new_event_loop}
