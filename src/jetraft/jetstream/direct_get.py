@@ -12,7 +12,7 @@ direct get has no responder at all, so the requester sees 503.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
 import msgspec
 
@@ -23,17 +23,22 @@ from jetraft.jetstream.stream import Stream
 from jetraft.protocol.headers import encode_headers, parse_headers
 
 MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
+MAX_MULTI_RESULTS = 1024
+
+
+# Go's uint64 fields: a negative number is a decode error there.
+Uint64 = Annotated[int, msgspec.Meta(ge=0)]
 
 
 class MsgGetRequest(msgspec.Struct, forbid_unknown_fields=True):
-    seq: int = 0
+    seq: Uint64 = 0
     last_by_subj: str = ""
     next_by_subj: str = ""
     batch: int = 0
     max_bytes: int = 0
     start_time: str | None = None
     multi_last: list[str] | None = None
-    up_to_seq: int = 0
+    up_to_seq: Uint64 = 0
     up_to_time: str | None = None
     no_hdr: bool = False
 
@@ -205,27 +210,48 @@ def direct_answer(
 def _direct_multi(
     stream: Stream, req: MsgGetRequest, up_to_ns: int | None
 ) -> RawReply | list[RawReply]:
+    """The last message of every subject matching ``multi_last``, as of ``up_to_seq`` (or
+    ``up_to_time``) and not below ``seq``, oldest first; ``Nats-Num-Pending`` counts what is
+    left of the whole answer, also when ``batch`` or ``max_bytes`` cut it short."""
     store = stream.store
-    up_to = req.up_to_seq or store.bounds()[1]
+    first, last_seq = store.bounds()
+    up_to = req.up_to_seq
     if up_to_ns is not None:
-        up_to = store.seq_for_time(up_to_ns) - 1
-    seqs = [s for s in store.last_seqs_per_subject(req.multi_last or []) if s <= up_to]
-    if req.batch > 0:
-        seqs = seqs[: req.batch]
+        up_to = store.seq_for_time(up_to_ns)
+        if up_to <= first:
+            return _status(404, "No Results")
+        up_to -= 1
+    if up_to == 0:
+        up_to = last_seq
+    seqs = []
+    for subject in store.subjects_state(req.multi_last or []):
+        msg = store.load_prev(up_to, subject)
+        if msg is not None and msg.seq >= req.seq:
+            seqs.append(msg.seq)
+    if len(seqs) > MAX_MULTI_RESULTS:
+        return _status(413, "Too Many Results")
+    if not seqs:
+        return _status(404, "No Results")
+    seqs.sort()
     out: list[RawReply] = []
     last = 0
-    for i, seq in enumerate(seqs):
+    pending = len(seqs)
+    sent_bytes = 0
+    limit_bytes = req.max_bytes or MAX_DIRECT_BATCH_BYTES
+    for seq in seqs:
         msg = store.load(seq)
         if msg is None:
             continue
-        extra = (("Nats-Num-Pending", str(len(seqs) - i - 1)), ("Nats-Last-Sequence", str(last)))
+        pending -= 1
+        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
         hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
         out.append(RawReply(hdr, msg.data))
         last = msg.seq
-    if not out:
-        return _status(404, "Message Not Found")
+        sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
+        if sent_bytes >= limit_bytes or (req.batch > 0 and len(out) >= req.batch):
+            break
     eob = (
-        ("Nats-Num-Pending", "0"),
+        ("Nats-Num-Pending", str(pending)),
         ("Nats-Last-Sequence", str(last)),
         ("Nats-UpTo-Sequence", str(up_to)),
     )

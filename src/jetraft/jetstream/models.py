@@ -68,6 +68,7 @@ _GO_TYPE = {
 }
 _UNKNOWN_RE = re.compile(r"Object contains unknown field `([^`]*)`")
 _EXPECTED_RE = re.compile(r"Expected `([^`]*)`, got `([^`]*)`(?: - at `\$\.?([^`]*)`)?")
+_UNSIGNED_RE = re.compile(r"Expected `int` >= 0(?: - at `\$\.?([^`]*)`)?")
 
 
 def go_json_error(exc: Exception, struct_name: str) -> str:
@@ -76,6 +77,12 @@ def go_json_error(exc: Exception, struct_name: str) -> str:
     m = _UNKNOWN_RE.search(text)
     if m is not None:
         return f'json: unknown field "{m.group(1)}"'
+    m = _UNSIGNED_RE.search(text)
+    if m is not None:
+        return (
+            f"json: cannot unmarshal number into Go struct field {struct_name}.{m.group(1)} "
+            "of type uint64"
+        )
     m = _EXPECTED_RE.search(text)
     if m is not None:
         want, got, path = m.group(1), m.group(2), m.group(3) or ""

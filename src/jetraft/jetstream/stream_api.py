@@ -20,6 +20,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, ApiStats
 from jetraft.jetstream.direct_get import (
     MsgGetRequest,
+    Uint64,
     handle_direct_get,
     handle_direct_get_last,
     load_one,
@@ -102,13 +103,13 @@ class _NamesRequest(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class _PurgeRequest(msgspec.Struct, forbid_unknown_fields=True):
-    seq: int = 0
+    seq: Uint64 = 0
     filter: str = ""
-    keep: int = 0
+    keep: Uint64 = 0
 
 
 class _MsgDeleteRequest(msgspec.Struct, forbid_unknown_fields=True):
-    seq: int = 0
+    seq: Uint64 = 0
     no_erase: bool = False
 
 
@@ -308,8 +309,6 @@ def handle_purge(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -
     try:
         req = _decode(data, _PurgeRequest, "JSApiStreamPurgeRequest")
         stream = _lookup(ctx, subject)
-        if req.seq < 0 or req.keep < 0:
-            raise E.invalid_json("json: cannot unmarshal number into Go value of type uint64")
         if req.seq and req.keep:
             raise E.bad_request()
         result = ctx.propose(stream, Purge(req.filter, req.seq, req.keep))

@@ -13,6 +13,7 @@ work through; it implements both their Protocols.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
@@ -240,14 +241,18 @@ class JsAccount:
         self._check_account_limits(cfg, creating=True)
         stream_dir = self._stream_dir(cfg.name, cfg)
         created = self.now_ns()
+        if stream_dir is not None and stream_dir.exists():
+            # Left over by something we did not load: never overwrite it.
+            raise E.api_error(10194, err=f"{stream_dir} already exists")
         try:
             if stream_dir is not None:
-                if stream_dir.exists():
-                    # Left over by something we did not load: never overwrite it.
-                    raise E.api_error(10194, err=f"{stream_dir} already exists")
                 write_meta(stream_dir, StreamMeta(cfg, created))
             store = open_store(cfg, stream_dir)
         except (OSError, StoreError) as exc:
+            if stream_dir is not None:
+                # Only what this request just created goes; nothing else is touched.
+                with contextlib.suppress(OSError):
+                    remove_stream_dir(stream_dir)
             raise E.api_error(10049, err=str(exc)) from None
         stream = Stream(cfg, store, created, self._domain)
         if cfg.first_seq > 1:

@@ -119,38 +119,12 @@ def open_store(cfg: StreamConfig, stream_dir: Path | None) -> StreamStore:
 
 
 def prepare_sync(store: StreamStore) -> Callable[[], None] | None:
-    """Group commit off the event loop.
+    """Group commit off the event loop: on the loop, write everything out and return the
+    blocking fsync half, safe to run in a worker thread while the loop keeps storing (None:
+    nothing needs syncing, everything done so far is already durable).
 
-    Called on the loop: hands everything buffered to the OS, then returns the blocking half
-    of a sync, safe to run in a worker thread while the loop keeps storing. Returns None when
-    that split is not possible; the caller then calls ``store.sync()`` on the loop.
-
-    The StreamStore contract is single-threaded, and ``FileStore.sync()`` both writes and
-    fdatasyncs, so running it in a thread would race with ``store()``. Until the store offers
-    a split sync itself (wanted: ``begin_sync() -> Callable[[], None]``), this wrapper does
-    it from the outside: after ``flush()`` every record is in the active block file (sealed
-    blocks were fdatasync'd when they were rotated), so an fdatasync of a duplicate of the
-    active block's descriptor makes all of it durable even if the loop rotates blocks
-    meanwhile. When a new block file was created since the last real sync, its directory
-    entry must be made durable too: then the store's own ``sync()`` runs on the loop.
-    """
-    from jetraft.jetstream.store.file import FileStore
-
-    if not isinstance(store, FileStore):
-        return None
-    wfd = getattr(store, "_wfd", None)
-    if not isinstance(wfd, int) or getattr(store, "_dir_dirty", True):
-        return None
-    store.flush()
-    fd = os.dup(wfd)
-
-    def work() -> None:
-        try:
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
-
-    return work
+    A thin seam over ``StreamStore.begin_sync()`` so that tests can hold a sync back."""
+    return store.begin_sync()
 
 
 def remove_stream_dir(stream_dir: Path) -> None:

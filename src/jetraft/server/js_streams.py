@@ -7,9 +7,10 @@ publish already sees its effect on expected-sequence checks and dedupe). What ha
 PubAck depends on durability:
 
 * durable (file storage, ``sync_interval`` 0, persist_mode default): the PubAck is held until
-  a ``store.sync()`` that covers the message has returned. Syncs run in a worker thread, one at
-  a time; everything applied while one runs is covered by the next (group commit), so one
-  fsync serves every message of a loop turn and async publishers keep their throughput.
+  an fsync that covers the message has returned. The fsync runs in a worker thread (see
+  ``js_store_glue.prepare_sync``), one at a time per stream; everything applied while one
+  runs is covered by the next (group commit), so one fsync serves every message of a loop
+  turn and async publishers keep their throughput.
 * lazy (memory storage, ``sync_interval`` > 0, persist_mode async): the PubAck goes out at
   once; file data is written to the OS every loop turn and fsync'd on the interval timer.
 
@@ -49,8 +50,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("jetraft.js.streams")
 
-# One worker for every fsync of this process: syncs of one stream never overlap anyway, and a
-# single thread keeps disk queues short.
+# Worker threads for fsyncs: syncs of one stream never overlap; a few threads let streams on
+# the same disk sync side by side without an unbounded pile of them.
 _SYNC_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="js-sync")
 
 
@@ -240,13 +241,11 @@ class StreamRuntime:
         self._dirty = False
         try:
             work = prepare_sync(store)
-            if work is None:
-                store.sync()
         except Exception as exc:
             log.error("stream %s: sync failed: %s", self.name, exc)
             self._fail_acks(acks, exc)
             return
-        if work is None:
+        if work is None:  # nothing left to make durable
             self._send_acks(acks)
             return
         self._syncing = True

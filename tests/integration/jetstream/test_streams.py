@@ -7,6 +7,7 @@ message get/delete, direct get, account info.
 from __future__ import annotations
 
 import base64
+import json
 from typing import Any
 
 import nats
@@ -359,8 +360,6 @@ async def test_required_api_level(nc: nats.NATS) -> None:
     msg = await nc.request(
         "$JS.API.INFO", b"", timeout=2, headers={"Nats-Required-Api-Level": "99"}
     )
-    import json
-
     resp = json.loads(msg.data)
     assert err(resp) == (412, 10185, "JetStream minimum api level required")
     msg = await nc.request("$JS.API.INFO", b"", timeout=2, headers={"Nats-Required-Api-Level": "1"})
@@ -372,3 +371,45 @@ async def test_unsupported_features_are_refused_clearly(nc: nats.NATS) -> None:
     resp = await api(nc, "STREAM.CREATE.M", {"name": "M", "mirror": {"name": "X"}})
     assert err(resp)[:2] == (500, 10052)
     assert "not supported" in err(resp)[2]
+
+
+async def test_direct_get_multi_last(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="ML", subjects=["ml.*"], allow_direct=True)
+    for subject in ("ml.a", "ml.b", "ml.a", "ml.c", "ml.b"):
+        await js.publish(subject, subject.encode())
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+
+    async def ask(body: dict[str, Any]) -> list[tuple[str, str, str]]:
+        await nc.publish("$JS.API.DIRECT.GET.ML", json.dumps(body).encode(), reply=inbox)
+        got = []
+        while True:
+            msg = await sub.next_msg(timeout=2)
+            h = msg.headers or {}
+            if "Status" in h:
+                got.append(
+                    (h["Status"], h.get("Nats-Num-Pending", ""), h.get("Nats-UpTo-Sequence", ""))
+                )
+                return got
+            got.append((h["Nats-Subject"], h["Nats-Sequence"], h["Nats-Num-Pending"]))
+
+    assert await ask({"multi_last": ["ml.a", "ml.b"]}) == [
+        ("ml.a", "3", "1"),
+        ("ml.b", "5", "0"),
+        ("204", "0", "5"),
+    ]
+    # As of sequence 3: ml.b's last was 2 then.
+    assert await ask({"multi_last": ["ml.*"], "up_to_seq": 3}) == [
+        ("ml.b", "2", "1"),
+        ("ml.a", "3", "0"),
+        ("204", "0", "3"),
+    ]
+    # A batch cuts the answer short; pending counts what is left of it.
+    assert await ask({"multi_last": ["ml.*"], "batch": 2}) == [
+        ("ml.a", "3", "2"),
+        ("ml.c", "4", "1"),
+        ("204", "1", "5"),
+    ]
+    assert await ask({"multi_last": ["nothing.*"]}) == [("404", "", "")]
+    await sub.unsubscribe()

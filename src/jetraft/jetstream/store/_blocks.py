@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import re
-from bisect import bisect_left
 from array import array
+from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
 

@@ -215,7 +215,8 @@ class SeqIndex(Generic[T]):
         if not key:
             return None
         if all(is_literal(f) for f in key):
-            return [sid for f in key if (sid := self.sid_of.get(f, -1)) >= 0]
+            sids = [sid for f in key if (sid := self.sid_of.get(f, -1)) >= 0]
+            return sids if len(sids) <= _SMALL_SELECTION else set(sids)
         hit = self._caches.get(key)
         if hit is not None:
             self._caches.move_to_end(key)
@@ -354,7 +355,7 @@ class SeqIndex(Generic[T]):
             removed = self.msgs
             self.clear(max(self.last, seq - 1))
             return removed
-        sids, per, base = self.sids, self.per, self.base
+        sids, base = self.sids, self.base
         removed = 0
         nbytes = 0
         for i in range(self.first - base, seq - base):
@@ -362,8 +363,6 @@ class SeqIndex(Generic[T]):
             if sid >= 0:
                 removed += 1
                 nbytes += self.sizes[i]
-                e = per[sid]
-                assert e is not None
                 self._subj_remove(sid, base + i)
                 sids[i] = -1
                 if not self.file_mode:

@@ -34,7 +34,7 @@ import shutil
 import zlib
 from array import array
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._base import BaseStore
@@ -288,6 +288,41 @@ class FileStore(BaseStore):
         except OSError as e:
             raise self._fail(e) from e
 
+    def begin_sync(self) -> Callable[[], None] | None:
+        """Group commit split in two, so the fsync can leave the owner's thread.
+
+        On the owner thread: everything stored, removed or purged so far is written to the OS
+        and the blocking half is returned (fdatasync of the active block, and of the directory
+        when a block file was created or removed); None when nothing needs syncing. The
+        callable may run on any thread while the owner keeps using the store; once it has
+        returned, everything done before ``begin_sync()`` is durable. If it fails it raises
+        and the store refuses all further work (a failed fsync leaves the page cache in an
+        unknown state, so nothing after it can be trusted).
+        """
+        self._check()
+        self._write_out()
+        self._drop_front_blocks()
+        fd = os.dup(self._wfd) if self._unsynced else -1
+        dir_path = self._msgs_dir if self._dir_dirty else None
+        self._unsynced = self._dir_dirty = False
+        if fd < 0 and dir_path is None:
+            return None
+
+        def finish() -> None:
+            try:
+                if fd >= 0:
+                    fdatasync(fd)
+                if dir_path is not None:
+                    fsync_dir(dir_path)
+            except OSError as e:
+                self._failed = e
+                raise StoreError(f"stream store {self._root} failed: {e}") from e
+            finally:
+                if fd >= 0:
+                    os.close(fd)
+
+        return finish
+
     # --- space -----------------------------------------------------------------------------
 
     def _drop_front_blocks(self) -> None:
@@ -428,8 +463,11 @@ class FileStore(BaseStore):
             return c[2][off - c[1] : end - c[1]]
         block = self._blocks[bidx]
         fd = self._wfd if block is active else self._fds.get(block)
-        sequential = self._last_end == (bidx, off)
-        want = max(rlen, self._read_ahead) if sequential else rlen
+        # Read ahead when this read starts at or shortly after the previous one (a scan,
+        # filtered or not); random access (KV gets) reads just the record.
+        last_bidx, last_end = self._last_end
+        forward = last_bidx == bidx and 0 <= off - last_end < self._read_ahead
+        want = max(rlen, self._read_ahead) if forward else rlen
         try:
             data = os.pread(fd, want, off)
         except OSError as e:

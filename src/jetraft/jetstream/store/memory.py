@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import Limits, StoredMsg, memory_msg_size
@@ -40,6 +40,9 @@ class MemoryStore(BaseStore):
 
     def sync(self) -> None:
         pass
+
+    def begin_sync(self) -> Callable[[], None] | None:
+        return None
 
     def restore(self, chunks: Iterable[bytes]) -> None:
         """Replace the content with a snapshot; on a damaged snapshot nothing changes."""

@@ -17,7 +17,7 @@ Contracts every implementation keeps (the parametrized tests check them on both)
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -178,6 +178,10 @@ class StreamStore(Protocol):
     def flush(self) -> None: ...
 
     def sync(self) -> None: ...
+
+    def begin_sync(self) -> Callable[[], None] | None:
+        """Split ``sync()``: write now, return the fsync half for a worker thread."""
+        ...
 
     def snapshot(self) -> Iterator[bytes]: ...
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,9 @@ def blocks(root: Path) -> list[Path]:
 
 
 def snapshot_files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
+    }
 
 
 def contents(s: FileStore) -> list[tuple[int, str, bytes | None, bytes, int]]:
@@ -73,7 +76,9 @@ def test_unsynced_writes_are_not_on_disk_synced_ones_are(tmp_path: Path) -> None
     synced.close()
 
 
-def test_group_commit_one_fdatasync_per_sync(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_group_commit_one_fdatasync_per_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[int] = []
     real = file_mod.fdatasync
     monkeypatch.setattr(file_mod, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
@@ -253,7 +258,10 @@ def test_compaction_keeps_deletes_of_older_blocks(tmp_path: Path) -> None:
         s.store("b", None, b"r" * 50, i)
     s.sync()
     records = [
-        (kind, list(rec.del_targets(data[off + 32 : off + rlen - 4])) if kind == rec.KIND_DEL else seq)
+        (
+            kind,
+            list(rec.del_targets(data[off + 32 : off + rlen - 4])) if kind == rec.KIND_DEL else seq,
+        )
         for p in blocks(tmp_path)
         for data in [p.read_bytes()]
         for off, kind, rlen, _, seq, _, _ in rec.scan(data)
@@ -350,3 +358,56 @@ def test_delete_is_the_only_thing_that_removes_the_directory(tmp_path: Path) -> 
     s = FileStore(root)
     s.delete()
     assert not root.exists()
+
+
+def test_begin_sync_runs_the_fsync_on_another_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[str] = []
+    real = file_mod.fdatasync
+    monkeypatch.setattr(file_mod, "fdatasync", lambda fd: (calls.append("data"), real(fd)))
+    s = FileStore(tmp_path, block_size=4096)
+    assert s.begin_sync() is None  # a fresh store is already durable
+    for i in range(10):
+        s.store("a", None, b"x" * 100, i)
+    finish = s.begin_sync()
+    assert finish is not None and not s.needs_sync
+    assert s.begin_sync() is None  # nothing new since
+    # The owner keeps storing (and rotating blocks) while the worker syncs.
+    worker = threading.Thread(target=finish)
+    worker.start()
+    for i in range(100):
+        s.store("b", None, b"y" * 100, i)
+    worker.join(timeout=30)
+    assert not worker.is_alive()
+    assert calls.count("data") >= 2  # the worker's, plus rotations of full blocks
+    finish = s.begin_sync()
+    assert finish is not None
+    finish()
+    copy = tmp_path.parent / "copy"
+    shutil.copytree(tmp_path, copy, ignore=shutil.ignore_patterns("LOCK"))
+    s.close()
+    c = FileStore(copy)
+    assert c.state().msgs == 110
+    c.close()
+
+
+def test_failed_fsync_poisons_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    s = FileStore(tmp_path)
+    s.store("a", None, b"", 0)
+    finish = s.begin_sync()
+    assert finish is not None
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(file_mod, "fdatasync", broken)
+    with pytest.raises(StoreError):
+        finish()
+    with pytest.raises(StoreError, match="failed"):
+        s.store("a", None, b"", 1)
+    s.close()  # still releases the directory
+    monkeypatch.undo()
+    s = FileStore(tmp_path)
+    assert s.state().msgs == 1  # the write reached the OS; only its fsync is in doubt
+    s.close()

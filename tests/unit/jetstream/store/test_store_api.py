@@ -409,7 +409,9 @@ def test_front_removals_past_the_trim_threshold(h: Harness) -> None:
     assert (st.msgs, st.first_seq, st.last_seq, st.deleted) == (99, 11_901, 12_000, (11_950,))
     m = s.load(11_999)
     assert m is not None and m.data == b"11998" and m.subject == f"s.{11_998 % 7}"
-    assert s.num_pending(11_990, "s.3") == len([q for q in range(11_990, 12_001) if (q - 1) % 7 == 3])
+    assert s.num_pending(11_990, "s.3") == len(
+        [q for q in range(11_990, 12_001) if (q - 1) % 7 == 3]
+    )
     assert s.seq_for_time(11_949) == 11_951
 
 

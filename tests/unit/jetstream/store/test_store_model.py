@@ -87,9 +87,9 @@ class Model:
         if lim.max_msgs > 0 and len(self.msgs) >= lim.max_msgs and not asl:
             return ERR_MAX_MSGS
         size = file_msg_size(subject, hdr, data)
-        if lim.max_bytes > 0 and self.nbytes() + size > lim.max_bytes:
-            if not asl or self.size(self.msgs[mine[0]]) < size:
-                return ERR_MAX_BYTES
+        over = lim.max_bytes > 0 and self.nbytes() + size > lim.max_bytes
+        if over and (not asl or self.size(self.msgs[mine[0]]) < size):
+            return ERR_MAX_BYTES
         return None
 
     def store(self, subject: str, hdr: bytes | None, data: bytes, ts: int) -> tuple[int, list[int]]:
