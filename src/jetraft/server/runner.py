@@ -24,9 +24,10 @@ def _setup_logging(cfg: ServerConfig) -> None:
 
 async def serve(cfg: ServerConfig) -> None:
     server = Server(cfg)
-    await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    # Handlers go in before the listeners open: a signal sent as soon as the port answers
+    # must still shut down cleanly.
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
 
@@ -36,6 +37,7 @@ async def serve(cfg: ServerConfig) -> None:
         task.add_done_callback(lambda _: stop.set())
 
     loop.add_signal_handler(signal.SIGUSR2, lame_duck)
+    await server.start()
     await stop.wait()
     log.info("Initiating Shutdown...")
     await server.stop()
