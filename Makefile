@@ -24,6 +24,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks.core_pubsub
+	$(BIN)/python -m benchmarks.js_publish
+	$(BIN)/python -m benchmarks.js_consume
+	$(BIN)/python -m benchmarks.js_store
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
