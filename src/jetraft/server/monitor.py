@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import datetime as dt
 import logging
 import os
 import resource
@@ -14,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
+
+from jetraft.jetstream.models import format_time
 
 if TYPE_CHECKING:
     from jetraft.server.client_conn import ClientConnection
@@ -26,9 +27,8 @@ _MAX_REQUEST_BYTES = 16 * 1024
 
 
 def rfc3339(ts: float) -> str:
-    """UTC time with nanosecond-style fraction and a trailing Z, as Go prints it."""
-    d = dt.datetime.fromtimestamp(ts, tz=dt.UTC)
-    return d.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+    """A wall-clock time in seconds as Go's RFC3339Nano in UTC."""
+    return format_time(int(ts * 1e9))
 
 
 def go_duration(seconds: float) -> str:
