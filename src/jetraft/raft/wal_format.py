@@ -1,0 +1,211 @@
+"""Byte formats of the RAFT log: log records and snapshot files. Pure functions, no I/O.
+
+Log record (little endian)::
+
+    magic  2 bytes  b"\\xa7J"   lets recovery look for the next record after a bad one
+    type   1 byte   ENTRY | HARD_STATE | TRUNCATE
+    flags  1 byte   0 (anything else is a record from a newer format: corruption here)
+    length 4 bytes  payload length
+    payload
+    crc32  4 bytes  zlib.crc32 over magic..payload
+
+The checksum sits at the end so that a write torn anywhere fails it. Payloads:
+
+    ENTRY       term u64, index u64, kind u8, data
+    HARD_STATE  term u64, commit u64, vote length u16, vote (utf-8)
+    TRUNCATE    last u64: the log ends at ``last``; entries above it are gone
+
+Snapshot file: magic b"JRSNAP01", crc32 u32 over everything after it, then index u64,
+term u64, voter count u16, learner count u16, each id as u16 length + utf-8, then the data.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from typing import NamedTuple
+
+from jetraft.raft.types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotMeta
+
+MAGIC = b"\xa7J"
+REC_ENTRY = 1
+REC_HARD_STATE = 2
+REC_TRUNCATE = 3
+
+_HEAD = struct.Struct("<2sBBI")
+HEAD_BYTES = _HEAD.size
+CRC_BYTES = 4
+_CRC = struct.Struct("<I")
+_ENTRY_FIXED = struct.Struct("<QQB")
+_ENTRY_PRE = struct.Struct("<2sBBIQQB")  # head + fixed entry fields, packed in one call
+_HS_FIXED = struct.Struct("<QQH")
+_TRUNC = struct.Struct("<Q")
+RECORD_OVERHEAD = HEAD_BYTES + CRC_BYTES
+ENTRY_OVERHEAD = RECORD_OVERHEAD + _ENTRY_FIXED.size
+MAX_PAYLOAD = 1 << 31  # larger lengths are garbage, not records
+
+_crc32 = zlib.crc32
+
+
+def encode_entry_parts(e: Entry, out: list[bytes]) -> None:
+    """Append the record of ``e`` to ``out`` as three parts, so a batch joins once."""
+    pre = _ENTRY_PRE.pack(
+        MAGIC, REC_ENTRY, 0, _ENTRY_FIXED.size + len(e.data), e.term, e.index, e.kind
+    )
+    out.append(pre)
+    out.append(e.data)
+    out.append(_CRC.pack(_crc32(e.data, _crc32(pre))))
+
+
+def _record(rtype: int, payload: bytes) -> bytes:
+    head = _HEAD.pack(MAGIC, rtype, 0, len(payload))
+    return head + payload + _CRC.pack(_crc32(payload, _crc32(head)))
+
+
+def encode_entry(e: Entry) -> bytes:
+    parts: list[bytes] = []
+    encode_entry_parts(e, parts)
+    return b"".join(parts)
+
+
+def encode_hard_state(hs: HardState) -> bytes:
+    vote = hs.vote.encode()
+    return _record(REC_HARD_STATE, _HS_FIXED.pack(hs.term, hs.commit, len(vote)) + vote)
+
+
+def encode_truncate(last_index: int) -> bytes:
+    return _record(REC_TRUNCATE, _TRUNC.pack(last_index))
+
+
+class Record(NamedTuple):
+    rtype: int
+    start: int  # offset of the record in its file
+    end: int  # offset just past it
+    value: Entry | HardState | int  # int: the last index of a TRUNCATE record
+
+
+_KINDS = {k.value: k for k in EntryKind}
+
+
+def decode_at(data: bytes, pos: int, view: memoryview | None = None) -> Record | str:
+    """The record at ``pos``, or why there is no valid record there. Pass ``view`` (a
+    memoryview of ``data``) when decoding many records of one buffer."""
+    n = len(data)
+    if n - pos < RECORD_OVERHEAD:
+        return "incomplete record header"
+    magic, rtype, flags, length = _HEAD.unpack_from(data, pos)
+    if magic != MAGIC:
+        return "bad record magic"
+    if length > MAX_PAYLOAD:
+        return "implausible record length"
+    body_end = pos + HEAD_BYTES + length
+    if body_end + CRC_BYTES > n:
+        return "record runs past the end of the file"
+    if view is None:
+        view = memoryview(data)
+    (crc,) = _CRC.unpack_from(data, body_end)
+    if _crc32(view[pos:body_end]) != crc:
+        return "checksum mismatch"
+    if flags != 0:
+        return f"unknown record flags {flags}"
+    start = pos + HEAD_BYTES
+    if rtype == REC_ENTRY and length >= _ENTRY_FIXED.size:  # the hot path, inline
+        term, index, kind = _ENTRY_FIXED.unpack_from(data, start)
+        ekind = _KINDS.get(kind)
+        if ekind is None:
+            return f"unknown entry kind {kind}"
+        entry = Entry(term, index, ekind, data[start + _ENTRY_FIXED.size : body_end])
+        return Record(REC_ENTRY, pos, body_end + CRC_BYTES, entry)
+    value = _decode_payload(rtype, data, start, body_end)
+    if isinstance(value, str):
+        return value
+    return Record(rtype, pos, body_end + CRC_BYTES, value)
+
+
+def _decode_payload(rtype: int, data: bytes, start: int, end: int) -> HardState | int | str:
+    length = end - start
+    if rtype == REC_ENTRY:
+        return "short entry record"
+    if rtype == REC_HARD_STATE:
+        if length < _HS_FIXED.size:
+            return "short hard-state record"
+        term, commit, vlen = _HS_FIXED.unpack_from(data, start)
+        if _HS_FIXED.size + vlen != length:
+            return "hard-state record length mismatch"
+        try:
+            vote = data[start + _HS_FIXED.size : end].decode()
+        except UnicodeDecodeError:
+            return "hard-state vote is not utf-8"
+        return HardState(term=term, vote=vote, commit=commit)
+    if rtype != REC_TRUNCATE:
+        return f"unknown record type {rtype}"
+    if length != _TRUNC.size:
+        return "bad truncate record length"
+    (last,) = _TRUNC.unpack_from(data, start)
+    return int(last)
+
+
+def find_next_valid(data: bytes, start: int) -> int | None:
+    """Offset of the first valid record that begins at or after ``start``, if any.
+
+    Used only after a bad record, to tell a torn tail (nothing valid follows) from damage in
+    the middle of the log (valid records follow). Candidates are found by the magic bytes.
+    """
+    view = memoryview(data)
+    pos = data.find(MAGIC, start)
+    while pos >= 0:
+        if isinstance(decode_at(data, pos, view), Record):
+            return pos
+        pos = data.find(MAGIC, pos + 1)
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Snapshot files
+
+SNAP_MAGIC = b"JRSNAP01"
+_SNAP_FIXED = struct.Struct("<QQHH")
+_U16 = struct.Struct("<H")
+
+
+def encode_snapshot(snap: Snapshot) -> bytes:
+    m = snap.meta
+    parts = [
+        _SNAP_FIXED.pack(m.index, m.term, len(m.membership.voters), len(m.membership.learners))
+    ]
+    for node_id in (*m.membership.voters, *m.membership.learners):
+        raw = node_id.encode()
+        parts.append(_U16.pack(len(raw)))
+        parts.append(raw)
+    parts.append(snap.data)
+    body = b"".join(parts)
+    return SNAP_MAGIC + _CRC.pack(_crc32(body)) + body
+
+
+def decode_snapshot(data: bytes) -> Snapshot | str:
+    """The snapshot in ``data``, or why it is not a valid snapshot file."""
+    head = len(SNAP_MAGIC) + CRC_BYTES
+    if len(data) < head + _SNAP_FIXED.size:
+        return "snapshot file too short"
+    if data[: len(SNAP_MAGIC)] != SNAP_MAGIC:
+        return "bad snapshot magic"
+    (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
+    if _crc32(memoryview(data)[head:]) != crc:
+        return "snapshot checksum mismatch"
+    index, term, n_voters, n_learners = _SNAP_FIXED.unpack_from(data, head)
+    pos = head + _SNAP_FIXED.size
+    ids: list[str] = []
+    for _ in range(n_voters + n_learners):
+        if pos + _U16.size > len(data):
+            return "snapshot membership truncated"
+        (size,) = _U16.unpack_from(data, pos)
+        pos += _U16.size
+        if pos + size > len(data):
+            return "snapshot membership truncated"
+        try:
+            ids.append(data[pos : pos + size].decode())
+        except UnicodeDecodeError:
+            return "snapshot member id is not utf-8"
+        pos += size
+    membership = Membership(voters=tuple(ids[:n_voters]), learners=tuple(ids[n_voters:]))
+    return Snapshot(meta=SnapshotMeta(index, term, membership), data=data[pos:])
