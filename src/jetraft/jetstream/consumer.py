@@ -543,7 +543,11 @@ class ConsumerCore:
     # --- retention -------------------------------------------------------------------------
 
     def needs_ack(self, sseq: int, subject: str) -> bool:
-        """Does this consumer still need stream message ``sseq`` (interest retention)?"""
+        """Does this consumer still need stream message ``sseq`` (interest retention)?
+
+        Called from the stream's apply(), so it reads replicated state only: "not delivered
+        yet" is judged by ``delivered.stream_seq``, never by the leader's cursor (which, while
+        walking a last-per-subject list, lags behind what was delivered)."""
         if self.filters and not self.matches(subject):
             return False
         st = self.state
@@ -552,7 +556,7 @@ class ConsumerCore:
             if self.cfg.ack_policy != "explicit":
                 need = True
             else:
-                need = sseq >= self.sseq or sseq in st.pending
+                need = sseq > st.delivered.stream_seq or sseq in st.pending
         return need or sseq in st.redelivered
 
     def on_removed(self, seqs: Iterable[int]) -> list[Dropped]:
@@ -583,11 +587,14 @@ class ConsumerCore:
         return out
 
     def purge_floor(self, first_seq: int) -> None:
-        """After a purge left nothing pending: the floors follow the cursor (nats-server)."""
+        """After a purge left nothing pending: the floors rise to just below the stream's new
+        first sequence (nats-server). Every replica runs this on the same purge, so it reads
+        replicated state only (everything below ``first_seq`` is gone, so nothing there can
+        still be owed)."""
         st = self.state
         if st.pending:
             return
-        floor = max(st.ack_floor.stream_seq, min(self.sseq, first_seq) - 1)
+        floor = max(st.ack_floor.stream_seq, first_seq - 1)
         st.ack_floor.stream_seq = floor
         st.ack_floor.consumer_seq = st.delivered.consumer_seq
         if st.delivered.stream_seq < floor:

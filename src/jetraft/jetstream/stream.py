@@ -41,6 +41,10 @@ from jetraft.protocol.subjects import subject_matches
 
 NS_PER_S = 1_000_000_000
 MAX_HEADER_LEN = 65535
+# Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
+# last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
+# stream there; from then on publishes are refused (nats-server would wrap around to 0).
+MAX_SEQ = 2**64 - 2
 
 # Header names, lower-cased (lookups are case-insensitive, as in nats-server).
 MSG_ID = "nats-msg-id"
@@ -204,7 +208,7 @@ def parse_ttl_s(text: str) -> int:
         return 0
     if text.lower() == "never":
         return -1
-    if text.isdigit():
+    if _is_ascii_number(text):
         return int(text)
     ns = _go_duration_ns(text)
     if ns is None or ns < NS_PER_S:
@@ -237,11 +241,17 @@ def _go_duration_ns(text: str) -> int | None:
     return int(total)
 
 
+def _is_ascii_number(text: str) -> bool:
+    # str.isdigit() alone also accepts "²" and other digits int() refuses or reads differently
+    # from nats-server, which only knows ASCII.
+    return text.isascii() and text.isdigit()
+
+
 def _parse_seq(text: str) -> int:
     """A header sequence number; anything unparsable never matches (nats-server reads it as
     -1, i.e. the largest uint64)."""
     text = text.strip()
-    return int(text) if text.isdigit() else -1
+    return int(text) if _is_ascii_number(text) else -1
 
 
 # --- the state machine ---------------------------------------------------------------------
@@ -359,6 +369,8 @@ class Stream:
             return self._nack(e, E.message_exceeds_maximum())
         if hlen > MAX_HEADER_LEN:
             return self._nack(e, E.api_error(10097))
+        if self.last_seq >= MAX_SEQ:
+            return self._nack(e, E.store_failed("stream sequence space exhausted"))
         if cfg.retention == "interest" and not self._has_interest(e.subject):
             # Nobody would ever consume it: burn the sequence, keep nothing (nats-server).
             seq = self.last_seq + 1

@@ -66,6 +66,11 @@ def now_ns() -> int:
     return time.time_ns()
 
 
+def _ascii_digits(text: str) -> bool:
+    # Not str.isdigit() alone: it accepts "²", which int() refuses.
+    return text.isascii() and text.isdigit()
+
+
 @dataclass(slots=True)
 class ConsumerEnv:
     server: Server
@@ -556,7 +561,7 @@ class ConsumerRuntime:
         if subject.startswith(self._ack_prefix):
             # Fast path for our own v1 ack subjects: <dc>.<sseq>.<dseq>.<ts>.<pending>.
             parts = subject[len(self._ack_prefix) :].split(".")
-            if len(parts) == 5 and parts[1].isdigit() and parts[2].isdigit():
+            if len(parts) == 5 and _ascii_digits(parts[1]) and _ascii_digits(parts[2]):
                 sseq, dseq = int(parts[1]), int(parts[2])
         if sseq < 0:
             info = parse_ack_subject(subject)

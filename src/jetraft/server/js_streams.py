@@ -203,10 +203,16 @@ class StreamRuntime:
             # The store refused to write (full disk, failed device): the publisher hears it.
             log.error("stream %s: store failed: %s", self.name, exc)
             result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
+        except Exception as exc:
+            # A bug must not leave the publisher waiting for a PubAck that never comes.
+            log.exception("stream %s: storing a message on %s failed", self.name, subject)
+            result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
         if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
             return
         if self.durable:
             self._acks.append(result)
+            # propose() schedules the commit, unless it raised: the answer must still go.
+            self._schedule_commit()
         else:
             self.client.publish(reply, result.body())
 

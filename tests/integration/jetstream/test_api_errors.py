@@ -4,6 +4,7 @@ configs only ever produce API answers and the server stays up."""
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import nats
@@ -206,8 +207,13 @@ _fuzz_config = st.dictionaries(
 )
 @given(config=_fuzz_config, op=st.sampled_from(["CREATE", "UPDATE"]))
 async def test_fuzzed_stream_configs_get_api_answers(
-    nc: nats.NATS, config: dict[str, Any], op: str
+    nc: nats.NATS, caplog: pytest.LogCaptureFixture, config: dict[str, Any], op: str
 ) -> None:
+    if op == "UPDATE":
+        # Updates are checked against a live stream (else they would all be "not found").
+        base = {"name": "FZ", "subjects": ["a", "b.c"], "max_msgs": 10}
+        assert "error" not in await api(nc, "STREAM.CREATE.FZ", base)
+        await nc.request("a", b"before", timeout=2)
     body = json.dumps({"name": "FZ", **config}).encode()
     msg = await nc.request(f"$JS.API.STREAM.{op}.FZ", body, timeout=2)
     resp = json.loads(msg.data)
@@ -218,10 +224,20 @@ async def test_fuzzed_stream_configs_get_api_answers(
         assert text and "internal error" not in text
     else:
         assert resp["config"]["name"] == "FZ"
-        # A stream that was created works: it answers info, and goes away again.
-        assert "error" not in await api(nc, "STREAM.INFO.FZ")
+    info = await api(nc, "STREAM.INFO.FZ")
+    if op == "UPDATE" or "error" not in resp:
+        # The stream (updated or not) works: it answers info and stores what matches it.
+        assert "error" not in info, info
+        subject = info["config"]["subjects"][0].replace("*", "x").replace(">", "x")
+        quiet = info["config"]["sealed"] or info["config"].get("no_ack")
+        if not subject.startswith("$") and not quiet:
+            ack = json.loads((await nc.request(subject, b"after", timeout=2)).data)
+            assert "seq" in ack, ack
         assert (await api(nc, "STREAM.DELETE.FZ"))["success"] is True
+    else:
+        assert err(info)[1] == 10059  # a refused create leaves nothing behind
     assert "error" not in await api(nc, "INFO")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
 
 
 @pytest.mark.skipif(VS_NATS, reason="fuzzes jetraft")
@@ -266,3 +282,208 @@ async def test_fuzzed_requests_never_crash(nc: nats.NATS, subject: str, body: by
         if "error" in resp:
             assert "internal error" not in resp["error"]["description"]
     assert "error" not in await api(nc, "INFO")
+
+
+# Every API subject shape, with odd tokens too; "{s}" is an existing stream, "{c}" a consumer.
+_API_SUBJECTS = [
+    "INFO",
+    "STREAM.CREATE.{s}",
+    "STREAM.UPDATE.{s}",
+    "STREAM.INFO.{s}",
+    "STREAM.DELETE.NOPE",
+    "STREAM.PURGE.{s}",
+    "STREAM.NAMES",
+    "STREAM.LIST",
+    "STREAM.MSG.GET.{s}",
+    "STREAM.MSG.DELETE.{s}",
+    "STREAM.LEADER.STEPDOWN.{s}",
+    "STREAM.PEER.REMOVE.{s}",
+    "DIRECT.GET.{s}",
+    "DIRECT.GET.{s}.fa.x",
+    "CONSUMER.CREATE.{s}",
+    "CONSUMER.CREATE.{s}.{c}",
+    "CONSUMER.CREATE.{s}.{c}.fa.x",
+    "CONSUMER.CREATE.{s}.new1",
+    "CONSUMER.DURABLE.CREATE.{s}.{c}",
+    "CONSUMER.DURABLE.CREATE.{s}.{c}.extra",
+    "CONSUMER.INFO.{s}.{c}",
+    "CONSUMER.DELETE.{s}.nope",
+    "CONSUMER.NAMES.{s}",
+    "CONSUMER.LIST.{s}",
+    "CONSUMER.MSG.NEXT.{s}.{c}",
+    "CONSUMER.PAUSE.{s}.{c}",
+    "CONSUMER.LEADER.STEPDOWN.{s}.{c}",
+]
+_body_keys = st.sampled_from(
+    [
+        "name",
+        "stream_name",
+        "config",
+        "action",
+        "seq",
+        "filter",
+        "keep",
+        "offset",
+        "subject",
+        "batch",
+        "expires",
+        "no_wait",
+        "last_by_subj",
+        "next_by_subj",
+        "start_time",
+        "multi_last",
+        "up_to_seq",
+        "pause_until",
+        "subjects_filter",
+        "deleted_details",
+        "durable_name",
+        "deliver_subject",
+        "peer",
+    ]
+)
+_json_leaf = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=10),
+    st.sampled_from(["FA", "fa.x", "2020-01-01T00:00:00Z", "9999-12-31T23:59:59Z", ">", "*"]),
+)
+_json_bodies = st.recursive(
+    _json_leaf,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(_body_keys, inner, max_size=4)
+    ),
+    max_leaves=8,
+)
+# Bodies shaped like real requests (each key with a value of a plausible type), so the
+# handlers get past decoding and their own logic sees odd but well-typed values.
+_small_ints = st.one_of(st.integers(-2, 5), st.sampled_from([2**63 - 1, 2**64 - 1]))
+_names = st.sampled_from(["", "FA", "CA", "fa.x", "fa.*", "fa.>", ">", "x y", "nope"])
+_times = st.sampled_from(
+    ["2020-01-01T00:00:00Z", "1970-01-01T00:00:00Z", "bad", "9999-12-31T23:59:59Z"]
+)
+_shaped_values: dict[str, st.SearchStrategy[Any]] = {
+    "name": _names,
+    "stream_name": _names,
+    "action": st.sampled_from(["", "create", "update", "x"]),
+    "config": st.fixed_dictionaries(
+        {},
+        optional={
+            "durable_name": _names,
+            "name": _names,
+            "filter_subject": _names,
+            "ack_policy": st.sampled_from(["explicit", "none", "all"]),
+            "deliver_subject": _names,
+            "deliver_policy": st.sampled_from(["all", "last", "new", "by_start_sequence"]),
+            "opt_start_seq": _small_ints,
+        },
+    ),
+    "seq": _small_ints,
+    "filter": _names,
+    "keep": _small_ints,
+    "offset": _small_ints,
+    "subject": _names,
+    "subjects": st.lists(_names, max_size=2),
+    "batch": _small_ints,
+    "max_bytes": _small_ints,
+    "expires": _small_ints,
+    "idle_heartbeat": _small_ints,
+    "no_wait": st.booleans(),
+    "last_by_subj": _names,
+    "next_by_subj": _names,
+    "start_time": _times,
+    "multi_last": st.lists(_names, max_size=2),
+    "up_to_seq": _small_ints,
+    "up_to_time": _times,
+    "no_hdr": st.booleans(),
+    "pause_until": _times,
+    "subjects_filter": _names,
+    "deleted_details": st.booleans(),
+    "no_erase": st.booleans(),
+    "peer": _names,
+    "max_msgs": _small_ints,
+    "retention": st.sampled_from(["limits", "interest", "workqueue"]),
+}
+_GET_KEYS = ("seq", "last_by_subj", "next_by_subj", "batch", "max_bytes", "start_time")
+# The keys each request kind knows (strict decoders refuse the others before any logic runs).
+_KEYS_BY_PREFIX: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("STREAM.CREATE", ("name", "subjects", "max_msgs", "retention")),
+    ("STREAM.UPDATE", ("name", "subjects", "max_msgs", "retention")),
+    ("STREAM.INFO", ("offset", "subjects_filter", "deleted_details")),
+    ("STREAM.PURGE", ("seq", "filter", "keep")),
+    ("STREAM.NAMES", ("offset", "subject")),
+    ("STREAM.LIST", ("offset", "subject")),
+    ("STREAM.MSG.GET", _GET_KEYS),
+    ("STREAM.MSG.DELETE", ("seq", "no_erase")),
+    ("STREAM.PEER.REMOVE", ("peer",)),
+    ("DIRECT.GET", (*_GET_KEYS, "multi_last", "up_to_seq", "up_to_time", "no_hdr")),
+    ("CONSUMER.CREATE", ("stream_name", "config", "action")),
+    ("CONSUMER.DURABLE.CREATE", ("stream_name", "config", "action")),
+    ("CONSUMER.NAMES", ("offset",)),
+    ("CONSUMER.LIST", ("offset",)),
+    ("CONSUMER.MSG.NEXT", ("batch", "expires", "no_wait", "max_bytes", "idle_heartbeat")),
+    ("CONSUMER.PAUSE", ("pause_until",)),
+)
+
+
+def _shaped(subject: str) -> st.SearchStrategy[bytes]:
+    """Bodies shaped like real requests for ``subject`` (its keys, plausible value types), so
+    the handlers get past decoding and their own logic meets odd but well-typed values."""
+    keys = next((k for prefix, k in _KEYS_BY_PREFIX if subject.startswith(prefix)), ())
+    shaped = st.fixed_dictionaries({}, optional={k: _shaped_values[k] for k in keys})
+    return shaped.map(lambda v: json.dumps(v).encode())
+
+
+@pytest.mark.skipif(VS_NATS, reason="fuzzes jetraft")
+@pytest.mark.parametrize("subject", _API_SUBJECTS)
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+async def test_fuzzed_requests_to_every_api_subject(
+    nc: nats.NATS, caplog: pytest.LogCaptureFixture, subject: str, data: st.DataObject
+) -> None:
+    """Any body on any API subject: an answer (JSON with a catalogued error, or a status) or,
+    where nats-server stays silent too, nothing; never a handler crash."""
+    body = data.draw(
+        st.one_of(
+            st.binary(max_size=30),
+            _json_bodies.map(lambda v: json.dumps(v).encode()),
+            _shaped(subject),
+            _shaped(subject),  # twice: the shaped bodies reach the most code
+        ),
+        label="body",
+    )
+    await api(nc, "STREAM.CREATE.FA", {"name": "FA", "subjects": ["fa.*"], "allow_direct": True})
+    await api(
+        nc,
+        "CONSUMER.CREATE.FA.CA",
+        {"stream_name": "FA", "config": {"durable_name": "CA", "ack_policy": "explicit"}},
+    )
+    await nc.publish("fa.x", b"payload")
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish("$JS.API." + subject.format(s="FA", c="CA"), body, reply=inbox)
+        await nc.flush()
+        try:
+            msg = await sub.next_msg(timeout=0.3)
+        except nats.errors.TimeoutError:
+            msg = None
+        raw = subject.startswith(("DIRECT.GET", "CONSUMER.MSG.NEXT"))  # messages, not JSON
+        if msg is not None and raw:
+            status = msg.headers.get("Status") if msg.headers else None
+            assert msg.data == b"payload" or status is not None, (msg.headers, msg.data)
+        elif msg is not None and not (msg.headers and "Status" in msg.headers):
+            resp = json.loads(msg.data)
+            assert resp.get("type", "").startswith("io.nats.jetstream.api.v1."), resp
+            if "error" in resp:
+                code, err_code, text = err(resp)
+                assert err_code in CATALOGUE and CATALOGUE[err_code][0] == code, resp
+                assert text and "internal error" not in text, resp
+    finally:
+        await sub.unsubscribe()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    # A normal request still works afterwards.
+    assert "error" not in await api(nc, "STREAM.INFO.FA")

@@ -15,6 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from nats.js.api import AckPolicy, ConsumerConfig
 
+from jetraft.jetstream.errors import CATALOGUE
+
 SEC = 1_000_000_000
 
 
@@ -323,23 +325,46 @@ _fuzz_config = st.fixed_dictionaries(
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(config=_fuzz_config, action=st.sampled_from(["", "create", "update", "weird"]))
+@given(
+    config=_fuzz_config,
+    action=st.sampled_from(["", "create", "update", "weird"]),
+    form=st.sampled_from(["legacy", "named", "filtered", "durable"]),
+)
 async def test_fuzzed_configs_get_answers_not_crashes(
-    nc: nats.NATS, caplog: pytest.LogCaptureFixture, config: dict[str, Any], action: str
+    nc: nats.NATS,
+    caplog: pytest.LogCaptureFixture,
+    config: dict[str, Any],
+    action: str,
+    form: str,
 ) -> None:
     await api(nc, "STREAM.CREATE.S", {"name": "S", "subjects": ["s.>"]})
-    resp = await api(
-        nc, "CONSUMER.CREATE.S", {"stream_name": "S", "config": config, "action": action}
-    )
+    # Every create subject form; names that cannot be a token are sent as "bad".
+    name = str(config.get("name") or config.get("durable_name") or "fz")
+    token = name if name.isalnum() and name.isascii() else "bad"
+    subject = {
+        "legacy": "CONSUMER.CREATE.S",
+        "named": f"CONSUMER.CREATE.S.{token}",
+        "filtered": f"CONSUMER.CREATE.S.{token}.s.a",
+        "durable": f"CONSUMER.DURABLE.CREATE.S.{token}",
+    }[form]
+    resp = await api(nc, subject, {"stream_name": "S", "config": config, "action": action})
+    assert resp["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
     if "error" in resp:
         e = resp["error"]
         assert isinstance(e["err_code"], int) and e["code"] in (400, 404, 500, 503)
-        assert e["description"]
+        assert e["err_code"] in CATALOGUE and CATALOGUE[e["err_code"]][0] == e["code"], e
+        assert e["description"] and "internal error" not in e["description"]
     else:
-        assert resp["type"] == "io.nats.jetstream.api.v1.consumer_create_response"
-        await api(nc, f"CONSUMER.DELETE.S.{resp['name']}")
+        info = await api(nc, f"CONSUMER.INFO.S.{resp['name']}")
+        if "error" in info:
+            # Only an ephemeral with a tiny inactive_threshold may be gone already.
+            assert info["error"]["err_code"] == 10014
+            assert 0 < resp["config"].get("inactive_threshold", 0) < SEC, resp["config"]
+        else:
+            assert info["name"] == resp["name"] and info["config"] == resp["config"]
+            await api(nc, f"CONSUMER.DELETE.S.{resp['name']}")
     # The server still answers, and nothing failed inside it.
     assert "consumers" in await api(nc, "CONSUMER.NAMES.S")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

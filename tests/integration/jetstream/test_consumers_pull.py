@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 
 import nats
 import nats.js.errors
@@ -204,6 +205,31 @@ async def test_ack_kinds(nc: nats.NATS) -> None:
     info = await js.consumer_info("S", "D")
     assert (info.num_ack_pending, info.num_redelivered) == (0, 0)
     assert info.ack_floor.stream_seq == 4
+
+
+async def test_in_progress_holds_off_redelivery(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await add_stream(nc)
+    await publish_n(nc, 1)
+    await js.add_consumer("S", durable_name="D", ack_policy=AckPolicy.EXPLICIT, ack_wait=0.5)
+    sub = await js.pull_subscribe_bind("D", stream="S")
+    (m,) = await sub.fetch(1, timeout=2)
+    loop = asyncio.get_running_loop()
+    # Keep saying "working on it" for twice the ack wait while a pull request waits: the
+    # message is not redelivered to it meanwhile.
+    waiting = asyncio.ensure_future(sub.fetch(1, timeout=1.0))
+    until = loop.time() + 1.0
+    while loop.time() < until:
+        await m.in_progress()
+        await asyncio.sleep(0.1)
+    with pytest.raises(nats.errors.TimeoutError):
+        await waiting
+    info = await js.consumer_info("S", "D")
+    assert (info.num_redelivered, info.num_ack_pending) == (0, 1)
+    assert info.delivered.consumer_seq == 1
+    # Once the progress reports stop, the ack wait runs out and the message comes again.
+    (again,) = await sub.fetch(1, timeout=3)
+    assert again.data == m.data and again.metadata.num_delivered == 2
 
 
 async def test_ack_next_delivers_to_the_ack_reply(nc: nats.NATS) -> None:
@@ -477,7 +503,9 @@ async def test_request_limits_of_the_consumer(nc: nats.NATS) -> None:
     ]
 
 
-async def test_garbage_pull_requests_are_answered_and_harmless(nc: nats.NATS) -> None:
+async def test_garbage_pull_requests_are_answered_and_harmless(
+    nc: nats.NATS, caplog: pytest.LogCaptureFixture
+) -> None:
     js = nc.jetstream()
     await add_stream(nc)
     await publish_n(nc, 1)
@@ -490,6 +518,10 @@ async def test_garbage_pull_requests_are_answered_and_harmless(nc: nats.NATS) ->
     assert status_of(second) is not None and status_of(second)[0] == "400"  # type: ignore[index]
     await nc.publish("$JS.ACK.S.D.x.y.z.1.1", b"+ACK")
     await nc.publish("$JS.ACK.S.D.1.99.99.1.0", b"+ACK")  # never delivered: ignored
+    await nc.publish("$JS.ACK.S.D.1.\u00b2.1.1.0", b"+ACK")  # not an ASCII number
     sub = await js.pull_subscribe_bind("D", stream="S")
     (m,) = await sub.fetch(1, timeout=2)
     assert m.data == b"m0"
+    await m.ack_sync()
+    assert (await js.consumer_info("S", "D")).ack_floor.stream_seq == 1
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

@@ -72,3 +72,41 @@ async def test_one_fsync_covers_many_messages(
     assert (await js.stream_info("GC")).state.messages == 3000
     assert 1 <= calls <= 3000 // 5, f"{calls} syncs for 3000 messages"
     await nc.close()
+
+
+async def test_lazy_sync_interval_acks_without_waiting_and_syncs_on_the_timer(
+    make_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sync_interval`` opts out of fsync-before-PubAck: the group-commit path is never
+    used (acks come although it would block forever), and the interval timer still makes the
+    data durable."""
+
+    def never(store: StreamStore) -> Callable[[], None] | None:
+        raise AssertionError("a lazy stream must not wait for an fsync before acking")
+
+    monkeypatch.setattr(js_streams, "prepare_sync", never)
+    syncs = 0
+    server = await make_server(
+        'jetstream { store_dir: "%s", sync_interval: "200ms" }' % (tmp_path / "js")
+    )
+    nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    js = nc.jetstream()
+    await js.add_stream(name="LZ", subjects=["lz"])
+    store = server.jetstream.accounts["$G"].streams["LZ"].store
+    real_sync = store.sync
+
+    def counted_sync() -> None:
+        nonlocal syncs
+        syncs += 1
+        real_sync()
+
+    monkeypatch.setattr(store, "sync", counted_sync)
+    for i in range(20):
+        assert (await js.publish("lz", b"%d" % i)).seq == i + 1
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while store.needs_sync or syncs == 0:
+        assert loop.time() < deadline, "the interval timer never synced"
+        await asyncio.sleep(0.05)
+    assert syncs < 20  # one per interval, not one per message
+    await nc.close()

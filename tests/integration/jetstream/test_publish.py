@@ -44,11 +44,45 @@ async def _msgs(js: nats.js.JetStreamContext, name: str, n: int) -> bool:
 async def test_dedupe_window_expires(nc: nats.NATS) -> None:
     js = nc.jetstream()
     await js.add_stream(StreamConfig(name="W", subjects=["w"], duplicate_window=0.2))
-    assert (await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})).seq == 1
-    assert (await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})).duplicate
-    await asyncio.sleep(0.3)  # let the dedupe window pass (a time-based feature)
+    loop = asyncio.get_running_loop()
+    first = await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})
+    stored_at = loop.time()
+    assert first.seq == 1
+    dup = await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})
+    assert (dup.seq, dup.duplicate) == (1, True)
+    # Within the window the id keeps being a duplicate; once it passed, the same id is
+    # stored again as a new message. Poll (bounded) instead of sleeping a guessed time.
+    deadline = stored_at + 5
+    while True:
+        ack = await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})
+        if not ack.duplicate:
+            break
+        assert ack.seq == 1
+        assert loop.time() < deadline, "dedupe window never passed"
+        await asyncio.sleep(0.02)
+    assert loop.time() - stored_at >= 0.15  # not before the window (0.2 s) ran out
+    assert ack.seq == 2
+    # The new message opened a new window for the id.
     again = await js.publish("w", b"", headers={"Nats-Msg-Id": "a"})
-    assert (again.seq, again.duplicate) == (2, None)
+    assert (again.seq, again.duplicate) == (2, True)
+    assert (await js.stream_info("W")).state.messages == 2
+
+
+async def test_max_msgs_per_subject_discard_old_keeps_the_newest(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(
+        StreamConfig(name="PS", subjects=["ps.*"], max_msgs_per_subject=2, metadata={"k": "v"})
+    )
+    for i, subject in enumerate(("ps.a", "ps.b", "ps.a", "ps.a", "ps.b", "ps.a")):
+        await js.publish(subject, f"{subject}-{i}".encode())
+    info = await js.stream_info("PS", subjects_filter=">")
+    assert info.state.subjects == {"ps.a": 2, "ps.b": 2}
+    assert info.state.messages == 4
+    assert info.config.metadata is not None and info.config.metadata["k"] == "v"
+    assert (await js.get_msg("PS", 4)).data == b"ps.a-3"
+    assert (await js.get_last_msg("PS", "ps.a")).data == b"ps.a-5"
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await js.get_msg("PS", 3)  # the older ps.a messages were discarded
 
 
 async def test_expected_headers(nc: nats.NATS) -> None:
@@ -284,3 +318,32 @@ async def test_no_ack_stream_sends_no_puback(nc: nats.NATS) -> None:
         await nc.request("noack", b"x", timeout=0.3)
     js = nc.jetstream()
     assert (await js.stream_info("NOACK")).state.messages == 1
+
+
+@pytest.mark.skipif(VS_NATS, reason="injects a fault into jetraft")
+async def test_a_failing_apply_still_answers_the_publisher(
+    make_server,
+    tmp_path,
+    monkeypatch,
+    caplog,  # type: ignore[no-untyped-def]
+) -> None:
+    from jetraft.jetstream.stream import Stream
+
+    server = await make_server('jetstream { store_dir: "%s" }' % (tmp_path / "js"))
+    conn = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    try:
+        js = conn.jetstream()
+        await js.add_stream(name="BUG", subjects=["bug"])
+
+        def broken(self: Stream, entry: object) -> object:
+            raise RuntimeError("injected")
+
+        with monkeypatch.context() as m:
+            m.setattr(Stream, "apply", broken)
+            with pytest.raises(nats.js.errors.ServiceUnavailableError) as exc:
+                await js.publish("bug", b"x")
+            assert exc.value.err_code == 10077
+        assert "injected" in caplog.text
+        assert (await js.publish("bug", b"y")).seq == 1  # and the stream goes on
+    finally:
+        await conn.close()

@@ -211,6 +211,42 @@ async def test_purge_forms(nc: nats.NATS) -> None:
     assert ack.seq == 7
 
 
+async def test_purge_forms_through_nats_py(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="PP", subjects=["pp.*"])
+
+    async def subjects() -> dict[str, int]:
+        return dict((await js.stream_info("PP", subjects_filter=">")).state.subjects or {})
+
+    for subject in ("pp.a", "pp.b") * 5:  # a: 1,3,5,7,9  b: 2,4,6,8,10
+        await js.publish(subject, b"x")
+    # filter alone: every pp.a goes.
+    assert await js.purge_stream("PP", subject="pp.a")
+    assert await subjects() == {"pp.b": 5}
+    # filter + seq: the filter's messages below seq go (6, 8, 10 stay).
+    assert await js.purge_stream("PP", subject="pp.b", seq=6)
+    assert await subjects() == {"pp.b": 3}
+    assert (await js.stream_info("PP")).state.first_seq == 6
+    for subject in ("pp.a", "pp.a", "pp.c"):  # 11, 12, 13
+        await js.publish(subject, b"y")
+    # keep alone: the newest n of the whole stream stay.
+    assert await js.purge_stream("PP", keep=4)
+    state = (await js.stream_info("PP")).state
+    assert (state.messages, state.first_seq, state.last_seq) == (4, 10, 13)
+    # seq alone: everything below seq goes.
+    assert await js.purge_stream("PP", seq=12)
+    state = (await js.stream_info("PP")).state
+    assert (state.messages, state.first_seq) == (2, 12)
+    assert await subjects() == {"pp.a": 1, "pp.c": 1}
+    # filter + keep with a wildcard filter.
+    for subject in ("pp.a", "pp.c", "pp.a"):  # 14, 15, 16
+        await js.publish(subject, b"z")
+    resp = await api(nc, "STREAM.PURGE.PP", {"filter": "pp.*", "keep": 2})
+    assert (resp["success"], resp["purged"]) == (True, 3)
+    assert await subjects() == {"pp.c": 1, "pp.a": 1}
+    assert (await js.stream_info("PP")).state.first_seq == 15
+
+
 async def test_msg_get_forms(nc: nats.NATS) -> None:
     js = nc.jetstream()
     await js.add_stream(name="G", subjects=["g.*"])

@@ -413,6 +413,49 @@ def test_replicas_agree_when_applying_the_same_entries(
     assert msgspec.to_builtins(follower.state) == msgspec.to_builtins(leader.state)
 
 
+def test_replicas_agree_on_needs_ack_while_walking_last_per_subject(
+    new_source: Callable[[], ListSource],
+) -> None:
+    """needs_ack decides interest retention inside the stream's apply(), so it may only read
+    replicated state: a follower that applied the same entries must answer the same, also
+    while the leader walks its (leader-local) last-per-subject skip list."""
+    src = new_source()
+    # Last per subject: s.c 1, s.b 3, s.a 5; seqs 2 and 4 lie between them in the walk.
+    for subject in ("s.c", "s.a", "s.b", "s.a", "s.a"):
+        src.add(subject)
+    leader = make(src, ack_policy="explicit", deliver_policy="last_per_subject")
+    follower = ConsumerCore("S", "C", leader.cfg, created_ns=1)
+    follower.apply(Start(leader.sseq))
+
+    def agree() -> None:
+        for seq in range(1, src.bounds()[1] + 1):
+            msg = src.load(seq)
+            if msg is not None:
+                assert leader.needs_ack(seq, msg.subject) == follower.needs_ack(seq, msg.subject), (
+                    seq
+                )
+
+    agree()
+    delivered: list[Delivered] = []
+    for _ in range(4):
+        step = leader.next_step(src)
+        if not isinstance(step, Candidate):
+            break
+        entry = Delivered(leader.dseq, step.msg.seq, step.dc, 0)
+        delivered.append(entry)
+        for core in (leader, follower):
+            core.apply(entry)
+        agree()
+    assert [d.sseq for d in delivered] == [1, 3, 5]
+    for d in reversed(delivered):
+        for core in (leader, follower):
+            core.apply(Acked(d.sseq, d.dseq))
+        agree()
+    src.add("s.c")  # a new message after the walk: both must still need it
+    agree()
+    assert leader.needs_ack(6, "s.c") and follower.needs_ack(6, "s.c")
+
+
 def test_parse_ack_subject_v1_and_v2() -> None:
     v1 = parse_ack_subject("$JS.ACK.S.C.2.10.7.1700000000.3")
     assert v1 is not None and (v1.stream, v1.consumer, v1.dc, v1.sseq, v1.dseq, v1.pending) == (

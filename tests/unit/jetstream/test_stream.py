@@ -388,3 +388,94 @@ def test_replicas_applying_the_same_entries_agree(script: list[tuple[object, ...
         return answers, s.store.state(), s.store.subjects_state()
 
     assert run() == run()
+
+
+_header_names = st.sampled_from(
+    [
+        "Nats-Msg-Id",
+        "Nats-Expected-Stream",
+        "Nats-Expected-Last-Sequence",
+        "Nats-Expected-Last-Subject-Sequence",
+        "Nats-Expected-Last-Subject-Sequence-Subject",
+        "Nats-Expected-Last-Msg-Id",
+        "Nats-Rollup",
+        "Nats-TTL",
+        "nats-ttl",
+        "X-Other",
+    ]
+)
+# Header values as clients could send them: numbers, words, unicode digits that str.isdigit()
+# accepts but int() does not ("²"), wildcards, whitespace.
+_header_values = st.one_of(
+    st.sampled_from(
+        ["0", "1", "2", "-1", "²", "\u0661\u0662", "never", "1h", "0.5s", "sub", "all", "s.>"]
+    ),
+    st.sampled_from(["²", "³", "¹0", "1²"]),
+    st.integers(-5, 2**64 + 5).map(str),
+    st.text(
+        alphabet=st.characters(blacklist_categories=("Cc", "Cs"), blacklist_characters=":"),
+        max_size=12,
+    ),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    headers=st.lists(st.tuples(_header_names, _header_values), min_size=1, max_size=4),
+    subject=st.sampled_from(["s.a", "s.b.c"]),
+    flags=st.fixed_dictionaries(
+        {
+            "allow_rollup_hdrs": st.booleans(),
+            "allow_msg_ttl": st.booleans(),
+            "discard": st.sampled_from(["old", "new"]),
+            "max_msgs_per_subject": st.sampled_from([-1, 1]),
+            "retention": st.sampled_from(["limits", "interest", "workqueue"]),
+        }
+    ),
+)
+def test_fuzzed_publish_headers_always_get_a_puback(
+    headers: list[tuple[str, str]], subject: str, flags: dict[str, object]
+) -> None:
+    """Whatever Nats-* headers a publisher sends, apply answers with a PubAck (stored or an
+    API error) and never raises: the publisher must always hear back."""
+    s = make(**flags)
+    pub(s, "s.a", Nats_Msg_Id="m1")
+    hdr = encode_headers([(name, value.strip()) for name, value in headers])
+    result = s.apply(StoreMsg(subject, "r", hdr, b"payload", T0 + S))
+    assert isinstance(result, PubAck) and result.reply == "r"
+    if result.error is None:
+        assert result.seq >= 1
+    else:
+        assert result.seq == 0 and result.error.err_code > 10000
+    json.loads(result.body())  # the answer is valid JSON
+    # The stream is still usable afterwards.
+    after = s.apply(StoreMsg("s.z", "r2", None, b"x", T0 + 2 * S))
+    assert isinstance(after, PubAck)
+
+
+def test_non_ascii_digits_in_sequence_headers_never_match() -> None:
+    """nats-server parses these headers as ASCII numbers; anything else never matches."""
+    s = make(allow_msg_ttl=True)
+    pub(s)
+    for name in ("Nats_Expected_Last_Sequence", "Nats_Expected_Last_Subject_Sequence"):
+        for value in ("²", "¹", "\u0661"):
+            ack = pub(s, **{name: value})
+            assert err_code(ack) == 10071, (name, value)
+    assert err_code(pub(s, Nats_TTL="²")) == 10165
+
+
+def test_publish_at_the_end_of_the_sequence_space_is_refused() -> None:
+    """A purge may move the stream to the last uint64 sequence (as nats-server allows); the
+    publish after that gets an error PubAck instead of crashing the store."""
+    s = make()
+    pub(s)
+    result = s.apply(Purge("", 2**64 - 2, 0))
+    assert isinstance(result, OpResult) and result.ok
+    assert pub(s).seq == 2**64 - 2
+    refused = pub(s)
+    assert err_code(refused) == 10077 and refused.seq == 0
+    assert s.store.state().msgs == 1
+    # Emptying the stream leaves first = last + 1, still a uint64.
+    assert isinstance(s.apply(Purge()), OpResult)
+    assert s.store.state().first_seq == 2**64 - 1
+    assert err_code(pub(s)) == 10077

@@ -158,6 +158,11 @@ class FileStore(BaseStore):
     def _append(
         self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int, size: int
     ) -> int:
+        if seq > self._last_covered + 1:
+            # The sequence jumped (a purge past the end, skipped sequences) and no record says
+            # so yet: write that first, or a replay would see this message far beyond the last
+            # one it knows and fill the gap slot by slot (gigabytes for a purge to seq 10^9).
+            self._emit_controls()
         active = self._active
         buf = self._wbuf
         off = active.size + len(buf)

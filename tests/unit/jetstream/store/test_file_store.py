@@ -59,6 +59,34 @@ def test_restart_keeps_messages_deletes_purges_and_first_seq(tmp_path: Path) -> 
     s.close()
 
 
+@pytest.mark.parametrize("synced_before_jump", [False, True])
+def test_jump_past_the_end_replays_without_filling_the_gap(
+    tmp_path: Path, synced_before_jump: bool
+) -> None:
+    """A purge past the last sequence (or a skip) moves the next sequence far ahead. The
+    record saying so must precede the next message on disk, or the replay meets a message
+    10**12 beyond the last one it knows and pads the gap slot by slot (memory and time
+    proportional to the gap: a stream that can no longer be opened)."""
+    jump = 10**12
+    s = FileStore(tmp_path)
+    s.store("a", None, b"1", 1)
+    s.store("b", None, b"2", 2)
+    if synced_before_jump:
+        s.sync()
+    s.purge(upto_seq=jump)
+    assert s.store("a", None, b"3", 3)[0] == jump
+    s.skip_msgs(jump + 1, 1)
+    assert s.store("b", None, b"4", 4)[0] == jump + 2
+    s.remove(jump)
+    before = (s.state(deleted=True), contents(s), s.subjects_state())
+    s.close()
+    s = FileStore(tmp_path)
+    assert (s.state(deleted=True), contents(s), s.subjects_state()) == before
+    st = s.state()
+    assert (st.msgs, st.first_seq, st.last_seq) == (1, jump + 2, jump + 2)
+    s.close()
+
+
 def test_unsynced_writes_are_not_on_disk_synced_ones_are(tmp_path: Path) -> None:
     s = FileStore(tmp_path / "a")
     s.store("a", None, b"one", 1)
