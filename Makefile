@@ -10,7 +10,7 @@ CONFIG ?= examples/single.conf
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]'
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -1,0 +1,248 @@
+"""Batch and streaming readers of the ``jetstream`` source.
+
+Planning (bounds, offsets, partitions) runs on the driver; ``read()`` runs in executors on a
+pickled copy of the reader, so readers hold only options and plain numbers, and open their
+connection lazily through the per-process cache in ``loop``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+
+from jetraft.spark import fetch, loop, planning, wire
+from jetraft.spark.fetch import Chunk, DataLossError, RangeSpec
+from jetraft.spark.options import OptionError, Position, ReadOptions
+from jetraft.spark.rows import subject_filter, to_record_batch
+
+log = logging.getLogger("jetraft.spark")
+
+ARROW_ROWS = 16_384
+
+
+class JetStreamPartition(InputPartition):  # type: ignore[misc, unused-ignore]
+    """One contiguous range of sequences; ``mode`` is "direct" or "consumer"."""
+
+    def __init__(self, index: int, start: int, end: int, mode: str) -> None:
+        super().__init__(index)
+        self.index = index
+        self.start = start
+        self.end = end
+        self.mode = mode
+
+    def __repr__(self) -> str:
+        return f"JetStreamPartition({self.index}, {self.start}..{self.end}, {self.mode})"
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    start: int  # first sequence to read
+    end: int  # last sequence to read (inclusive); end < start means nothing
+    mode: str
+
+
+def _mode(opts: ReadOptions, state: wire.StreamState) -> str:
+    if opts.read_mode == "direct" and not state.allow_direct:
+        raise OptionError(f"readMode=direct, but stream {opts.stream} does not allow direct get")
+    if opts.read_mode == "auto":
+        return "direct" if state.allow_direct else "consumer"
+    return opts.read_mode
+
+
+async def _stream_state(opts: ReadOptions) -> wire.StreamState:
+    nc = await loop.connection(opts.conn)
+    try:
+        return await wire.stream_state(nc, opts.stream, opts.conn.request_timeout_s)
+    except wire.StreamNotFound:
+        raise OptionError(
+            f"stream {opts.stream!r} not found on {', '.join(opts.conn.servers)}"
+        ) from None
+
+
+async def _resolve_start(opts: ReadOptions, pos: Position, state: wire.StreamState) -> int:
+    """The first sequence a position designates (may be last_seq + 1: nothing yet)."""
+    earliest = max(state.first_seq, 1)
+    if pos.kind == "earliest":
+        return earliest
+    if pos.kind == "latest":
+        return state.last_seq + 1
+    if pos.kind == "sequence":
+        if pos.value < earliest and state.messages > 0:
+            text = (
+                f"startingSequence {pos.value} is before the first sequence {earliest} of "
+                f"stream {opts.stream} (those messages were removed)"
+            )
+            if opts.fail_on_data_loss:
+                raise DataLossError(text + "; set failOnDataLoss=false to start at the first")
+            log.warning("%s; starting at %d", text, earliest)
+            return earliest
+        return pos.value
+    nc = await loop.connection(opts.conn)
+    seq = await wire.first_seq_at_or_after(nc, opts.stream, pos.value, opts.conn.request_timeout_s)
+    return state.last_seq + 1 if seq is None else seq
+
+
+async def _resolve_end(opts: ReadOptions, state: wire.StreamState) -> int:
+    pos = opts.ending
+    if pos.kind == "sequence":
+        return min(pos.value, state.last_seq)
+    if pos.kind == "timestamp":
+        nc = await loop.connection(opts.conn)
+        seq = await wire.first_seq_at_or_after(
+            nc, opts.stream, pos.value, opts.conn.request_timeout_s
+        )
+        return min(state.last_seq, (state.last_seq + 1 if seq is None else seq) - 1)
+    return state.last_seq
+
+
+async def resolve_bounds(opts: ReadOptions) -> Bounds:
+    state = await _stream_state(opts)
+    start = await _resolve_start(opts, opts.starting, state)
+    end = await _resolve_end(opts, state)
+    return Bounds(start, end, _mode(opts, state))
+
+
+def _partitions(opts: ReadOptions, start: int, end: int, mode: str) -> list[JetStreamPartition]:
+    ranges = planning.split_ranges(start, end, opts.min_partitions, opts.max_records_per_partition)
+    return [JetStreamPartition(r.index, r.start, r.end, mode) for r in ranges]
+
+
+def _merge(chunks: list[Chunk]) -> Chunk:
+    if len(chunks) == 1:
+        return chunks[0]
+    out = Chunk(times_are_ns=chunks[0].times_are_ns)
+    for c in chunks:
+        out.seqs.extend(c.seqs)
+        out.subjects.extend(c.subjects)
+        out.times.extend(c.times)
+        out.data.extend(c.data)
+        out.headers.extend(c.headers)
+    return out
+
+
+def read_partition(opts: ReadOptions, part: JetStreamPartition) -> Iterator[pa.RecordBatch]:
+    """Arrow batches for one partition, in sequence order. Runs in an executor."""
+    spec = RangeSpec(
+        stream=opts.stream,
+        start=part.start,
+        end=part.end,
+        filter_subject=opts.subjects[0] if len(opts.subjects) == 1 else None,
+        filter_subjects=opts.subjects,
+        batch=opts.fetch_batch,
+        timeout_s=opts.conn.request_timeout_s,
+        max_retries=opts.max_read_retries,
+        fail_on_data_loss=opts.fail_on_data_loss,
+    )
+    keep = subject_filter(opts.subjects)
+    holder: dict[str, AsyncIterator[Chunk]] = {}
+
+    async def _next() -> Chunk | None:
+        gen = holder.get("gen")
+        if gen is None:
+            nc = await loop.connection(opts.conn)
+            read = fetch.read_direct if part.mode == "direct" else fetch.read_consumer
+            gen = holder["gen"] = read(nc, spec)
+        try:
+            return await gen.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    async def _close() -> None:
+        gen = holder.get("gen")
+        if gen is not None and hasattr(gen, "aclose"):
+            await gen.aclose()
+
+    pending: list[Chunk] = []
+    rows = 0
+    try:
+        while True:
+            chunk = loop.run_sync(_next)
+            if chunk is not None and len(chunk):
+                pending.append(chunk)
+                rows += len(chunk)
+            if pending and (chunk is None or rows >= ARROW_ROWS):
+                batch = to_record_batch(_merge(pending), opts.stream, opts.include_headers, keep)
+                pending, rows = [], 0
+                if batch is not None:
+                    yield batch
+            if chunk is None:
+                return
+    finally:
+        loop.run_sync(_close)
+
+
+class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc, unused-ignore]
+    """``spark.read.format("jetstream")``: bounds are fixed when the reader is created."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.bounds = loop.run_sync(lambda: resolve_bounds(opts))
+
+    def partitions(self) -> list[JetStreamPartition]:
+        b = self.bounds
+        return _partitions(self.opts, b.start, b.end, b.mode)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, JetStreamPartition)
+        return read_partition(self.opts, partition)
+
+
+class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unused-ignore]
+    """``spark.readStream.format("jetstream")``: offsets ``{"seq": next sequence}``.
+
+    PySpark 4.0's Python stream API has no admission control, so ``maxMessagesPerTrigger`` is
+    applied here: the reader remembers where the current batch starts (the initial offset, or
+    the end of the last batch planned or committed) and caps the next end offset from there.
+    Under ``Trigger.AvailableNow`` Spark asks for the latest offset once and reads up to it.
+    """
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        state = loop.run_sync(lambda: _stream_state(opts))
+        self.mode = _mode(opts, state)
+        self._cursor: int | None = None
+
+    def _initial_seq(self) -> int:
+        async def _initial() -> int:
+            state = await _stream_state(self.opts)
+            return await _resolve_start(self.opts, self.opts.starting, state)
+
+        return loop.run_sync(_initial)
+
+    def initialOffset(self) -> dict[str, int]:
+        seq = self._initial_seq()
+        if self._cursor is None:
+            self._cursor = seq
+        return planning.offset(seq)
+
+    def latestOffset(self) -> dict[str, int]:
+        if self._cursor is None:
+            # Spark (4.0) asks a fresh query for the latest offset before the initial one,
+            # and a restarted query plans its last logged batch first (partitions() sets the
+            # cursor), so an unknown cursor means a fresh query: it starts at the initial one.
+            self._cursor = self._initial_seq()
+        state = loop.run_sync(lambda: _stream_state(self.opts))
+        end = planning.capped_end(
+            self._cursor, state.last_seq + 1, self.opts.max_messages_per_trigger
+        )
+        return planning.offset(end)
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[JetStreamPartition]:
+        lo = planning.offset_seq(start, "start offset")
+        hi = planning.offset_seq(end, "end offset")
+        self._cursor = max(hi, self._cursor or 0)
+        return _partitions(self.opts, lo, hi - 1, self.mode)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, JetStreamPartition)
+        return read_partition(self.opts, partition)
+
+    def commit(self, end: dict[str, Any]) -> None:
+        # Nothing to release on the server: positions live in Spark's checkpoint only.
+        seq = planning.offset_seq(end, "committed offset")
+        self._cursor = max(seq, self._cursor or 0)

@@ -1,0 +1,110 @@
+"""The source's schema and the Arrow record batches handed to Spark (no sockets).
+
+Spark checks a returned RecordBatch against the declared schema by column names and reads it
+with the Arrow types Spark maps its own types to (timestamp[us, UTC], map<string, list>), so
+the batches are built with exactly those types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from jetraft.spark.codec import parse_header_block, subject_matches, user_headers
+from jetraft.spark.fetch import Chunk
+
+HEADERS_TYPE = MapType(StringType(), ArrayType(StringType(), True), True)
+_ARROW_HEADERS = pa.map_(pa.string(), pa.list_(pa.string()))
+_ARROW_TS = pa.timestamp("us", tz="UTC")
+
+
+def source_schema(include_headers: bool) -> StructType:
+    fields = [
+        StructField("stream", StringType(), False),
+        StructField("subject", StringType(), False),
+        StructField("sequence", LongType(), False),
+        StructField("timestamp", TimestampType(), False),
+        StructField("data", BinaryType(), True),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS_TYPE, True))
+    return StructType(fields)
+
+
+def subject_filter(subjects: tuple[str, ...]) -> Callable[[str], bool] | None:
+    """Client-side filter for several subject filters (one is applied by the server)."""
+    if len(subjects) <= 1:
+        return None
+
+    def keep(subject: str) -> bool:
+        return any(subject_matches(p, subject) for p in subjects)
+
+    return keep
+
+
+def _times(chunk: Chunk) -> pa.Array:
+    if chunk.times_are_ns:
+        ns = pa.array(chunk.times, type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
+    else:
+        ns = pa.array(chunk.times, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+    return ns.cast(_ARROW_TS, safe=False)
+
+
+def _headers(raw: list[bytes | None]) -> pa.Array:
+    values: list[list[tuple[str, list[str]]] | None] = []
+    for block in raw:
+        if not block:
+            values.append(None)
+            continue
+        parsed = user_headers(parse_header_block(block))
+        values.append(list(parsed.items()) if parsed else None)
+    return pa.array(values, type=_ARROW_HEADERS)
+
+
+def _select(chunk: Chunk, keep: Callable[[str], bool]) -> Chunk:
+    out = Chunk(times_are_ns=chunk.times_are_ns)
+    for i, subject in enumerate(chunk.subjects):
+        if keep(subject):
+            out.seqs.append(chunk.seqs[i])
+            out.subjects.append(subject)
+            out.times.append(chunk.times[i])
+            out.data.append(chunk.data[i])
+            out.headers.append(chunk.headers[i])
+    return out
+
+
+def to_record_batch(
+    chunk: Chunk,
+    stream: str,
+    include_headers: bool,
+    keep: Callable[[str], bool] | None = None,
+) -> pa.RecordBatch | None:
+    """Arrow batch for a chunk (after the optional client-side subject filter); None if empty."""
+    if keep is not None:
+        chunk = _select(chunk, keep)
+    n = len(chunk)
+    if n == 0:
+        return None
+    arrays = [
+        pa.array([stream] * n, type=pa.string()),
+        pa.array(chunk.subjects, type=pa.string()),
+        pa.array(chunk.seqs, type=pa.int64()),
+        _times(chunk),
+        pa.array(chunk.data, type=pa.binary()),
+    ]
+    names = ["stream", "subject", "sequence", "timestamp", "data"]
+    if include_headers:
+        arrays.append(_headers(chunk.headers))
+        names.append("headers")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
