@@ -1,0 +1,522 @@
+"""The RAFT state machine of one replica: sans-I/O, deterministic, single-threaded.
+
+Inputs: `tick()`, `step(message)`, `propose(data)`, `transfer_leadership(to)`,
+`change_membership(change)`, `compact(snapshot, compact_to)`. Outputs: `ready()`, a
+Ready holding what to persist, send and apply (see ready.py for the contract), then
+`advance(ready)`. No clock, no I/O, no threads; randomness only from the injected rng.
+
+Features: randomized election timeouts, pre-vote, check-quorum with leader leases,
+batched and pipelined replication with flow control, fast back-off on rejection,
+commitment of current-term entries only (Figure 8), snapshots and InstallSnapshot,
+leadership transfer (TimeoutNow), one-server-at-a-time membership changes with learners.
+
+A replica whose durable log was found corrupt (`corrupt=True`) may have lost entries it
+acknowledged, all of terms up to `repair_term` (its recovered term), and what it
+recovered may hold entries that were replaced later (the records saying so are lost).
+So it trusts only its snapshot as committed, moves to term repair_term + 1 at once
+(a leader of repair_term steps down on hearing it, and messages of its previous life,
+still in flight, carry older terms and are ignored), does not campaign, and votes only
+for candidates whose log ends in a term above repair_term. It reports the damage to the
+leader, which forgets what this follower acknowledged and sends its snapshot. The
+replica is whole again once its log holds an entry committed in a term above
+repair_term: the leader of that term held every committed entry of earlier terms,
+ahead of its own.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from . import replication
+from .log import RaftLog
+from .membership import (
+    ChangeKind,
+    MembershipChange,
+    MembershipError,
+    apply_change,
+    encode_membership,
+    quorum,
+)
+from .messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    Message,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from .progress import Progress, ProgressState
+from .ready import (
+    NotLeader,
+    PeerStatus,
+    ProposalDropped,
+    RaftConfig,
+    RaftError,
+    Ready,
+    Role,
+    SoftState,
+    Status,
+)
+from .types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotMeta
+
+
+class RaftCore:
+    def __init__(
+        self,
+        node_id: str,
+        config: RaftConfig,
+        rng: random.Random,
+        *,
+        peers: Sequence[str] = (),
+        learners: Sequence[str] = (),
+        hard_state: HardState | None = None,
+        snapshot: Snapshot | None = None,
+        entries: Sequence[Entry] = (),
+        corrupt: bool = False,
+    ) -> None:
+        """`peers` (voters, including this node) and `learners` are the bootstrap
+        configuration, used until a snapshot or a CONFIG entry says otherwise. A node
+        joining an existing group starts with none and learns its group from the leader.
+        `hard_state`, `snapshot` and `entries` are what the durable log recovered."""
+        hs = hard_state or HardState()
+        self.id = node_id
+        self.cfg = config
+        self._rng = rng
+        base = Membership(tuple(sorted(set(peers))), tuple(sorted(set(learners))))
+        self.log = RaftLog(base, snapshot, entries, hs.commit)
+        self.term = hs.term
+        self.vote = hs.vote
+        recovered_hs = HardState(hs.term, hs.vote, self.log.committed)
+        self.lead = ""
+        self.role = Role.FOLLOWER
+        self.corrupt = corrupt
+        self.repair_asked = -1  # term in which a corrupt replica asked for a snapshot
+        # A corrupt replica may have acknowledged entries of terms up to this one.
+        self.repair_term = 0
+        if corrupt:
+            self.repair_term = max(hs.term, self.log.last_term)
+            self.term, self.vote = self.repair_term + 1, ""
+            self.log.committed = self.log.applied = self.log.offset
+        self._corrupt_reported = corrupt  # the driver still holds a corruption marker
+        self.ticks = 0  # ticks since start, for "last heard" reporting
+        self.msgs: list[Message] = []
+        self.prs: dict[str, Progress] = {}
+        self._votes: dict[str, bool] = {}
+        self.elapsed = 0  # ticks since we heard from a leader / since our last campaign
+        self._hb_elapsed = 0
+        self._timeout = self._random_timeout()
+        self.transferee = ""
+        self.bcast = False  # new entries or commit to send at the next ready()
+        self._prev_hs = recovered_hs
+        self._prev_ss = SoftState(self.lead, self.role, self.term)
+        self._outstanding: Ready | None = None
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def membership(self) -> Membership:
+        return self.log.membership()
+
+    @property
+    def leader(self) -> str:
+        return self.lead
+
+    @property
+    def commit(self) -> int:
+        return self.log.committed
+
+    @property
+    def applied(self) -> int:
+        return self.log.applied
+
+    def promotable(self) -> bool:
+        return self.id in self.membership.voters and not self.corrupt
+
+    def status(self) -> Status:
+        peers: list[PeerStatus] = []
+        if self.role is Role.LEADER:
+            for pid, pr in self.prs.items():
+                ago = None if pr.last_heard_tick < 0 else self.ticks - pr.last_heard_tick
+                if pid == self.id:
+                    ago = 0
+                peers.append(
+                    PeerStatus(pid, not pr.learner, pr.match, pr.next, pr.state.value, ago)
+                )
+        return Status(
+            self.id, self.term, self.role, self.lead, self.log.committed, self.log.applied,
+            self.log.last_index, self.log.first_index, self.membership, tuple(peers),
+            self.corrupt,
+        )
+
+    # ------------------------------------------------------------------ role changes
+    def _random_timeout(self) -> int:
+        e = self.cfg.election_ticks
+        return self._rng.randrange(e, 2 * e)
+
+    def _reset(self, term: int) -> None:
+        if term != self.term:
+            self.term = term
+            self.vote = ""
+        self.lead = ""
+        self.elapsed = 0
+        self._hb_elapsed = 0
+        self._timeout = self._random_timeout()
+        self._votes = {}
+        self.transferee = ""
+        self.prs = {}
+        self.bcast = False
+
+    def become_follower(self, term: int, lead: str) -> None:
+        self._reset(term)
+        self.role = Role.FOLLOWER
+        self.lead = lead
+
+    def _become_pre_candidate(self) -> None:
+        # Neither term nor vote change: a pre-vote that fails leaves no trace.
+        self._votes = {}
+        self.lead = ""
+        self.elapsed = 0
+        self._timeout = self._random_timeout()
+        self.role = Role.PRE_CANDIDATE
+
+    def _become_candidate(self) -> None:
+        self._reset(self.term + 1)
+        self.vote = self.id
+        self.role = Role.CANDIDATE
+
+    def _become_leader(self) -> None:
+        self._reset(self.term)
+        self.role = Role.LEADER
+        self.lead = self.id
+        self._sync_progress()
+        # A no-op of our term: committing it commits everything before (Figure 8).
+        self._append(EntryKind.NOOP, b"")
+
+    def _sync_progress(self) -> None:
+        """Make self.prs follow the configuration in force (leader only)."""
+        m = self.membership
+        want = {v: False for v in m.voters} | {lid: True for lid in m.learners}
+        for pid in list(self.prs):
+            if pid not in want:
+                del self.prs[pid]
+        for pid, learner in want.items():
+            pr = self.prs.get(pid)
+            if pr is None:
+                pr = self.prs[pid] = Progress(self.log.last_index + 1, learner=learner)
+                if pid == self.id:
+                    pr.match = self.log.last_index
+                    pr.become_replicate()
+            pr.learner = learner
+        if self.transferee and self.transferee not in m.voters:
+            self.transferee = ""
+
+    # ------------------------------------------------------------------ inputs
+    def tick(self) -> None:
+        self.ticks += 1
+        if self.role is Role.LEADER:
+            self._tick_leader()
+            return
+        self.elapsed += 1
+        if self.elapsed >= self._timeout:
+            self.elapsed = 0
+            if self.promotable():
+                self.campaign()
+
+    def _tick_leader(self) -> None:
+        self.elapsed += 1
+        self._hb_elapsed += 1
+        if self.elapsed >= self.cfg.election_ticks:
+            self.elapsed = 0
+            if self.cfg.check_quorum and not self._quorum_active():
+                self.become_follower(self.term, "")
+                return
+            self.transferee = ""  # a transfer that did not finish in an election period
+        retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
+        for pid, pr in self.prs.items():
+            if pr.state is ProgressState.SNAPSHOT:
+                pr.snapshot_wait_ticks += 1
+                if pr.snapshot_wait_ticks >= retry:
+                    pr.become_probe()
+                    replication.send_append(self, pid)
+        if self._hb_elapsed >= self.cfg.heartbeat_ticks:
+            self._hb_elapsed = 0
+            for pid, pr in self.prs.items():
+                if pid != self.id:
+                    commit = min(pr.match, self.log.committed)
+                    self.msgs.append(Heartbeat(self.term, self.id, pid, commit))
+
+    def _quorum_active(self) -> bool:
+        voters = self.membership.voters
+        active = 0
+        for pid, pr in self.prs.items():
+            if pid == self.id or pr.recent_active:
+                active += pid in voters
+            if pid != self.id:
+                pr.recent_active = False
+        return active >= quorum(len(voters))
+
+    def campaign(self, *, transfer: bool = False) -> None:
+        """Start an election now (pre-vote first unless this is a transfer)."""
+        if not self.promotable() or self.role is Role.LEADER:
+            return
+        self._run_election(pre=self.cfg.pre_vote and not transfer, transfer=transfer)
+
+    def _run_election(self, *, pre: bool, transfer: bool) -> None:
+        if pre:
+            self._become_pre_candidate()
+            term = self.term + 1
+        else:
+            self._become_candidate()
+            term = self.term
+        if self._poll(self.id, True):
+            return
+        for v in self.membership.voters:
+            if v != self.id:
+                self.msgs.append(
+                    VoteRequest(term, self.id, v, self.log.last_index, self.log.last_term,
+                                pre, transfer)
+                )
+
+    def _poll(self, frm: str, granted: bool) -> bool:
+        """Count a vote; act on the outcome. True if the election is decided."""
+        self._votes.setdefault(frm, granted)
+        voters = self.membership.voters
+        yes = sum(1 for v in voters if self._votes.get(v) is True)
+        no = sum(1 for v in voters if self._votes.get(v) is False)
+        q = quorum(len(voters))
+        if yes >= q:
+            if self.role is Role.PRE_CANDIDATE:
+                self._run_election(pre=False, transfer=False)
+            else:
+                self._become_leader()
+            return True
+        if no > len(voters) - q:
+            self.become_follower(self.term, "")
+            return True
+        return False
+
+    def step(self, m: Message) -> None:
+        if m.term > self.term:
+            if isinstance(m, VoteRequest):
+                in_lease = (
+                    self.cfg.check_quorum and self.lead != ""
+                    and self.elapsed < self.cfg.election_ticks
+                )
+                if in_lease and not m.transfer:
+                    return  # we heard from a live leader recently: not disrupted
+                if not m.pre_vote:
+                    self.become_follower(m.term, "")
+            elif isinstance(m, VoteResponse) and m.pre_vote and m.granted:
+                pass  # a granted pre-vote carries the term we would campaign at
+            else:
+                leader_msg = isinstance(m, AppendEntries | Heartbeat | InstallSnapshot)
+                self.become_follower(m.term, m.frm if leader_msg else "")
+        elif m.term < self.term:
+            if isinstance(m, AppendEntries | Heartbeat):
+                # A stale leader: tell it our term so it steps down.
+                self.msgs.append(HeartbeatResponse(self.term, self.id, m.frm))
+            elif isinstance(m, VoteRequest) and m.pre_vote:
+                self.msgs.append(VoteResponse(self.term, self.id, m.frm, False, True))
+            return
+        self._dispatch(m)
+
+    def _dispatch(self, m: Message) -> None:
+        if isinstance(m, AppendEntries | Heartbeat | InstallSnapshot):
+            if self.role is not Role.FOLLOWER:
+                self.become_follower(m.term, m.frm)
+            self.lead = m.frm
+            self.elapsed = 0
+            if isinstance(m, AppendEntries):
+                replication.handle_append(self, m)
+            elif isinstance(m, Heartbeat):
+                replication.handle_heartbeat(self, m)
+            else:
+                replication.handle_snapshot(self, m)
+        elif isinstance(m, AppendResponse):
+            if self.role is Role.LEADER:
+                replication.handle_append_response(self, m)
+        elif isinstance(m, HeartbeatResponse):
+            if self.role is Role.LEADER:
+                replication.handle_heartbeat_response(self, m)
+        elif isinstance(m, VoteRequest):
+            self._handle_vote_request(m)
+        elif isinstance(m, VoteResponse):
+            expected = Role.PRE_CANDIDATE if m.pre_vote else Role.CANDIDATE
+            if self.role is expected:
+                self._poll(m.frm, m.granted)
+        elif isinstance(m, TimeoutNow) and self.role is Role.FOLLOWER:
+            self.campaign(transfer=True)
+
+    def _handle_vote_request(self, m: VoteRequest) -> None:
+        can_vote = (
+            self.vote == m.frm
+            or (self.vote == "" and self.lead == "")
+            or (m.pre_vote and m.term > self.term)
+        )
+        # A damaged replica may have lost entries it acknowledged, all of terms up to
+        # repair_term; a candidate whose log ends in a later term holds every such entry
+        # that was committed (see _check_repaired), so only such a candidate is safe.
+        safe = not self.corrupt or m.last_term > self.repair_term
+        if can_vote and safe and self.log.is_up_to_date(m.last_index, m.last_term):
+            self.msgs.append(VoteResponse(m.term, self.id, m.frm, True, m.pre_vote))
+            if not m.pre_vote:
+                self.vote = m.frm
+                self.elapsed = 0
+        else:
+            self.msgs.append(VoteResponse(self.term, self.id, m.frm, False, m.pre_vote))
+
+    # ------------------------------------------------------------------ leader API
+    def _append(self, kind: EntryKind, data: bytes) -> int:
+        index = self.log.last_index + 1
+        self.log.append((Entry(self.term, index, kind, data),))
+        me = self.prs.get(self.id)
+        if me is not None:
+            me.maybe_update(index)
+        self.bcast = True
+        return index
+
+    def _check_can_propose(self) -> None:
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.lead)
+        if self.transferee:
+            raise ProposalDropped(f"leadership transfer to {self.transferee} in progress")
+
+    def propose(self, data: bytes) -> int:
+        """Append data to the leader's log; returns its index. Entries proposed before
+        the next ready() leave in one AppendEntries per follower."""
+        self._check_can_propose()
+        return self._append(EntryKind.NORMAL, data)
+
+    def change_membership(self, change: MembershipChange) -> int:
+        """Propose one membership change; returns the index of its CONFIG entry."""
+        self._check_can_propose()
+        if self.log.last_config_index() > self.log.committed:
+            raise ProposalDropped("a membership change is in progress")
+        if self.log.term(self.log.committed) != self.term:
+            raise ProposalDropped("the leader has not committed an entry of its term yet")
+        new = apply_change(self.membership, change)
+        if change.kind is ChangeKind.PROMOTE:
+            pr = self.prs.get(change.node)
+            if pr is None or pr.match + self.cfg.catchup_slack < self.log.last_index:
+                raise ProposalDropped(f"learner {change.node} has not caught up")
+        if change.kind is ChangeKind.REMOVE and change.node == self.transferee:
+            self.transferee = ""
+        index = self._append(EntryKind.CONFIG, encode_membership(new))
+        self._sync_progress()
+        return index
+
+    def learner_caught_up(self, node: str) -> bool:
+        pr = self.prs.get(node)
+        return (
+            self.role is Role.LEADER and pr is not None
+            and pr.match + self.cfg.catchup_slack >= self.log.last_index
+        )
+
+    def transfer_leadership(self, to: str | None = None) -> str:
+        """Hand leadership to `to`, or to the most up-to-date voter. Returns the target;
+        proposals are refused until the transfer ends (at most an election period)."""
+        if self.role is not Role.LEADER:
+            raise NotLeader(self.lead)
+        others = [v for v in self.membership.voters if v != self.id]
+        if to is None:
+            if not others:
+                raise RaftError("no other voter to transfer leadership to")
+            to = max(others, key=lambda v: (self.prs[v].match, v))
+        elif to == self.id:
+            return to
+        elif to not in others:
+            raise MembershipError(f"{to} is not a voter")
+        self.transferee = to
+        self.elapsed = 0
+        if self.prs[to].match == self.log.last_index:
+            self.msgs.append(TimeoutNow(self.term, self.id, to))
+        else:
+            replication.send_append(self, to)
+        return to
+
+    # ------------------------------------------------------------------ snapshots
+    def create_snapshot(self, index: int, data: bytes) -> Snapshot:
+        """Wrap the state machine's snapshot taken at `index` (<= applied)."""
+        if index > self.log.applied or index < self.log.offset:
+            raise RaftError(f"snapshot index {index} outside [{self.log.offset}, applied]")
+        term = self.log.term(index)
+        assert term is not None
+        return Snapshot(SnapshotMeta(index, term, self.log.membership_at(index)), data)
+
+    def compact(self, snapshot: Snapshot, compact_to: int) -> None:
+        """`snapshot` is durable: keep it for lagging followers and drop the entries up
+        to compact_to (entries after it stay, so followers a little behind need none)."""
+        self.log.compact(snapshot, compact_to)
+
+    # ------------------------------------------------------------------ outputs
+    def _flush(self) -> None:
+        if self.role is not Role.LEADER:
+            return
+        replication.maybe_commit(self)
+        if self.bcast and self.role is Role.LEADER:
+            self.bcast = False
+            for pid in self.prs:
+                if pid != self.id and replication.send_append(self, pid, send_empty=True):
+                    while replication.send_append(self, pid, send_empty=False):
+                        pass
+
+    def _hard_state(self) -> HardState:
+        return HardState(self.term, self.vote, self.log.committed)
+
+    def has_ready(self) -> bool:
+        self._flush()
+        log = self.log
+        return bool(
+            self.msgs
+            or log.pending_snapshot is not None
+            or log.stable < log.last_index
+            or log.applied < log.committed
+            or self._hard_state() != self._prev_hs
+            or SoftState(self.lead, self.role, self.term) != self._prev_ss
+            or (self._corrupt_reported and not self.corrupt)
+        )
+
+    def ready(self) -> Ready:
+        if self._outstanding is not None:
+            raise RaftError("ready() called again before advance()")
+        self._flush()
+        hs = self._hard_state()
+        ss = SoftState(self.lead, self.role, self.term)
+        log = self.log
+        snap = log.pending_snapshot
+        entries = tuple(log.unstable())
+        prev = self._prev_hs
+        rd = Ready(
+            soft_state=ss if ss != self._prev_ss else None,
+            hard_state=hs if hs != prev else None,
+            snapshot=snap,
+            entries=entries,
+            messages=tuple(self.msgs),
+            committed=tuple(log.committed_to_apply()),
+            must_sync=bool(entries) or snap is not None
+            or hs.term != prev.term or hs.vote != prev.vote,
+            repaired=self._corrupt_reported and not self.corrupt,
+        )
+        if rd.repaired:
+            self._corrupt_reported = False
+        self.msgs = []
+        self._prev_hs, self._prev_ss = hs, ss
+        self._outstanding = rd
+        return rd
+
+    def advance(self, rd: Ready) -> None:
+        """The driver persisted, sent and applied `rd`."""
+        if rd is not self._outstanding:
+            raise RaftError("advance() of a Ready that is not the outstanding one")
+        self._outstanding = None
+        log = self.log
+        if rd.snapshot is not None and log.pending_snapshot is rd.snapshot:
+            log.pending_snapshot = None
+        if rd.entries:
+            last = rd.entries[-1]
+            log.stable_to(last.index, last.term)
+        if rd.committed:
+            log.applied_to(rd.committed[-1].index)

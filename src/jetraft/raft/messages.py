@@ -1,0 +1,218 @@
+"""RAFT messages exchanged between the members of one group, and their wire encoding.
+
+Every message carries the sender's term, its id (`frm`) and the destination (`to`).
+Messages are values: the core creates them, the driver sends them only after the Ready
+that produced them is durable (see ready.py), and the transport may encode them with
+`encode_message` / `decode_message` (msgpack through msgspec, a compact positional layout).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from .types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+
+
+@dataclass(frozen=True, slots=True)
+class VoteRequest:
+    """RequestVote; with `pre_vote` a trial that changes nobody's term (term is ours + 1)."""
+
+    term: int
+    frm: str
+    to: str
+    last_index: int
+    last_term: int
+    pre_vote: bool = False
+    transfer: bool = False  # sent because of a leadership transfer: bypasses leader leases
+
+
+@dataclass(frozen=True, slots=True)
+class VoteResponse:
+    term: int
+    frm: str
+    to: str
+    granted: bool
+    pre_vote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class AppendEntries:
+    """Entries after (prev_index, prev_term); may be empty (a probe or a commit update)."""
+
+    term: int
+    frm: str
+    to: str
+    prev_index: int
+    prev_term: int
+    entries: tuple[Entry, ...]
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResponse:
+    """Reply to AppendEntries (and to InstallSnapshot).
+
+    On success `index` is the last index now known to match the leader's log. On reject
+    `index` is the rejected prev_index and (hint_index, hint_term) is the follower's best
+    guess of where the logs may agree: its largest index <= min(prev_index, last) whose
+    term is <= the leader's prev_term, and that term. A non-zero `corrupt_term` says the
+    follower's log was found damaged: it may have lost entries it acknowledged in terms up
+    to that one; the leader sends it its snapshot (see core.py on repair).
+    """
+
+    term: int
+    frm: str
+    to: str
+    index: int
+    reject: bool = False
+    hint_index: int = 0
+    hint_term: int = 0
+    corrupt_term: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Leader liveness; `commit` is min(follower's match, leader's commit)."""
+
+    term: int
+    frm: str
+    to: str
+    commit: int
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatResponse:
+    term: int
+    frm: str
+    to: str
+
+
+@dataclass(frozen=True, slots=True)
+class InstallSnapshot:
+    term: int
+    frm: str
+    to: str
+    snapshot: Snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class TimeoutNow:
+    """Leadership transfer: the target campaigns at once, without pre-vote."""
+
+    term: int
+    frm: str
+    to: str
+
+
+Message = (
+    VoteRequest
+    | VoteResponse
+    | AppendEntries
+    | AppendResponse
+    | Heartbeat
+    | HeartbeatResponse
+    | InstallSnapshot
+    | TimeoutNow
+)
+
+
+def message_bytes(msg: Message) -> int:
+    """Approximate payload size, for flow control and batching limits."""
+    if isinstance(msg, AppendEntries):
+        return 64 + sum(len(e.data) + 24 for e in msg.entries)
+    if isinstance(msg, InstallSnapshot):
+        return 64 + len(msg.snapshot.data)
+    return 48
+
+
+# ---------------------------------------------------------------------------- codec
+# Layout: [code, term, frm, to, *fields]. Entries are [term, index, kind, data].
+
+_VOTE_REQ, _VOTE_RESP, _APP, _APP_RESP, _HB, _HB_RESP, _SNAP, _TIMEOUT = range(8)
+
+_encoder = msgspec.msgpack.Encoder()
+_decoder = msgspec.msgpack.Decoder()
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a RAFT message of this version."""
+
+
+def _entries_out(entries: tuple[Entry, ...]) -> list[tuple[int, int, int, bytes]]:
+    return [(e.term, e.index, int(e.kind), e.data) for e in entries]
+
+
+def _fields(msg: Message) -> tuple[Any, ...]:
+    if isinstance(msg, AppendEntries):
+        return (_APP, msg.prev_index, msg.prev_term, _entries_out(msg.entries), msg.commit)
+    if isinstance(msg, AppendResponse):
+        return (_APP_RESP, msg.index, msg.reject, msg.hint_index, msg.hint_term, msg.corrupt_term)
+    if isinstance(msg, Heartbeat):
+        return (_HB, msg.commit)
+    if isinstance(msg, HeartbeatResponse):
+        return (_HB_RESP,)
+    if isinstance(msg, VoteRequest):
+        return (_VOTE_REQ, msg.last_index, msg.last_term, msg.pre_vote, msg.transfer)
+    if isinstance(msg, VoteResponse):
+        return (_VOTE_RESP, msg.granted, msg.pre_vote)
+    if isinstance(msg, InstallSnapshot):
+        meta = msg.snapshot.meta
+        mem = meta.membership
+        return (
+            _SNAP,
+            meta.index,
+            meta.term,
+            list(mem.voters),
+            list(mem.learners),
+            msg.snapshot.data,
+        )
+    return (_TIMEOUT,)
+
+
+def encode_message(msg: Message) -> bytes:
+    fields = _fields(msg)
+    return _encoder.encode((fields[0], msg.term, msg.frm, msg.to, *fields[1:]))
+
+
+def _entries_in(raw: list[Any]) -> tuple[Entry, ...]:
+    return tuple(Entry(int(t), int(i), EntryKind(k), bytes(d)) for t, i, k, d in raw)
+
+
+def decode_message(data: bytes) -> Message:
+    try:
+        raw = _decoder.decode(data)
+        code, term, frm, to, *rest = raw
+        return _build(code, term, frm, to, rest)
+    except (msgspec.DecodeError, ValueError, TypeError) as exc:
+        raise DecodeError(f"bad raft message: {exc}") from exc
+
+
+def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
+    if not isinstance(term, int) or not isinstance(frm, str) or not isinstance(to, str):
+        raise DecodeError("bad raft message header")
+    if code == _APP:
+        prev_index, prev_term, entries, commit = rest
+        return AppendEntries(term, frm, to, prev_index, prev_term, _entries_in(entries), commit)
+    if code == _APP_RESP:
+        index, reject, hint_index, hint_term, corrupt_term = rest
+        return AppendResponse(term, frm, to, index, reject, hint_index, hint_term, corrupt_term)
+    if code == _HB:
+        return Heartbeat(term, frm, to, rest[0])
+    if code == _HB_RESP:
+        return HeartbeatResponse(term, frm, to)
+    if code == _VOTE_REQ:
+        last_index, last_term, pre_vote, transfer = rest
+        return VoteRequest(term, frm, to, last_index, last_term, pre_vote, transfer)
+    if code == _VOTE_RESP:
+        granted, pre_vote = rest
+        return VoteResponse(term, frm, to, granted, pre_vote)
+    if code == _SNAP:
+        index, sterm, voters, learners, sdata = rest
+        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners)))
+        return InstallSnapshot(term, frm, to, Snapshot(meta, bytes(sdata)))
+    if code == _TIMEOUT:
+        return TimeoutNow(term, frm, to)
+    raise DecodeError(f"unknown raft message code {code}")

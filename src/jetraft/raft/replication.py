@@ -1,0 +1,228 @@
+"""Log replication: what the leader sends and how both sides handle it.
+
+Functions over a RaftCore (core.py keeps roles, elections and the API). Leader side:
+`send_append` (batched up to max_msg_bytes, pipelined up to max_inflight per follower, or
+an InstallSnapshot when the follower needs compacted entries), responses, and
+`maybe_commit` (a quorum's match index, and only for an entry of the leader's term:
+Figure 8 of the Raft paper). Follower side: AppendEntries with the fast back-off hint,
+heartbeats and InstallSnapshot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .membership import quorum
+from .messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallSnapshot,
+    TimeoutNow,
+)
+from .progress import Progress, ProgressState
+from .ready import Role
+
+if TYPE_CHECKING:
+    from .core import RaftCore
+
+
+# ---------------------------------------------------------------------- leader side
+def send_append(core: RaftCore, to: str, *, send_empty: bool = True) -> bool:
+    """Send `to` what it misses, if flow control allows. An empty AppendEntries (a probe,
+    or news of the commit index) goes out only with send_empty. True if sent."""
+    pr = core.prs.get(to)
+    if pr is None or pr.is_paused(core.cfg.max_inflight):
+        return False
+    log = core.log
+    prev = pr.next - 1
+    prev_term = log.term(prev)
+    if prev_term is None:
+        return _send_snapshot(core, to, pr)
+    entries = (
+        log.slice(pr.next, log.last_index + 1, core.cfg.max_msg_bytes)
+        if pr.next <= log.last_index
+        else []
+    )
+    if not entries and not send_empty:
+        return False
+    core.msgs.append(
+        AppendEntries(core.term, core.id, to, prev, prev_term, tuple(entries), log.committed)
+    )
+    pr.sent(entries[-1].index if entries else prev, bool(entries))
+    return True
+
+
+def _send_empty_probe(core: RaftCore, to: str, pr: Progress) -> None:
+    """Outside flow control: an empty AppendEntries at next - 1. Either the follower has
+    everything in flight (its answer frees the pipeline) or it rejects and we probe."""
+    prev = pr.next - 1
+    prev_term = core.log.term(prev)
+    if prev_term is not None:
+        core.msgs.append(
+            AppendEntries(core.term, core.id, to, prev, prev_term, (), core.log.committed)
+        )
+
+
+def _send_snapshot(core: RaftCore, to: str, pr: Progress) -> bool:
+    snap = core.log.snapshot
+    if snap is None:  # cannot happen: entries are only compacted under a snapshot
+        return False
+    core.msgs.append(InstallSnapshot(core.term, core.id, to, snap))
+    pr.become_snapshot(snap.meta.index)
+    return True
+
+
+def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
+    pr = core.prs.get(m.frm)
+    if pr is None:
+        return
+    pr.recent_active = True
+    pr.last_heard_tick = core.ticks
+    log = core.log
+    if m.reject:
+        hint = m.hint_index
+        if m.hint_term > 0:
+            hint, _ = log.find_conflict_by_term(m.hint_index, m.hint_term)
+        if m.corrupt_term:
+            # Its log is damaged: forget what it acknowledged (it may have lost it) and
+            # send our snapshot, or probe from its hint.
+            pr.match = 0
+            if log.snapshot is not None and pr.state is not ProgressState.SNAPSHOT:
+                _send_snapshot(core, m.frm, pr)
+                return
+            pr.become_probe()
+            pr.next = min(m.index, hint + 1)
+            send_append(core, m.frm)
+            return
+        if pr.maybe_decr_to(m.index, hint):
+            if pr.state is ProgressState.REPLICATE:
+                pr.become_probe()
+            send_append(core, m.frm)
+        return
+    updated = pr.maybe_update(m.index)
+    if not updated and not (pr.match == m.index and pr.state is ProgressState.PROBE):
+        return
+    snapshot_done = pr.state is ProgressState.SNAPSHOT and pr.match >= pr.pending_snapshot
+    if pr.state is ProgressState.PROBE or snapshot_done:
+        pr.become_replicate()
+    if maybe_commit(core):
+        core.bcast = True  # followers learn the new commit index at the next ready()
+    if core.role is not Role.LEADER:
+        return
+    if m.frm == core.transferee and pr.match == log.last_index:
+        core.msgs.append(TimeoutNow(core.term, core.id, m.frm))
+    while send_append(core, m.frm, send_empty=False):
+        pass
+
+
+def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
+    pr = core.prs.get(m.frm)
+    if pr is None:
+        return
+    pr.recent_active = True
+    pr.last_heard_tick = core.ticks
+    if pr.state is ProgressState.SNAPSHOT or pr.match >= core.log.last_index:
+        return
+    if pr.state is ProgressState.PROBE:
+        pr.probe_sent = False  # the last probe may have been lost: send another
+        send_append(core, m.frm)
+    elif core.log.term(pr.next - 1) is None:
+        # What it needs next was compacted while in flight: probe (sends the snapshot).
+        pr.become_probe()
+        send_append(core, m.frm)
+    elif not send_append(core, m.frm, send_empty=True):
+        _send_empty_probe(core, m.frm, pr)
+
+
+def maybe_commit(core: RaftCore) -> bool:
+    """Advance the commit index to what a quorum of voters has, if that entry is of our
+    term (an older entry is committed only indirectly, by a later one: Figure 8)."""
+    voters = core.membership.voters
+    if not voters:
+        return False
+    matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
+    mci = matches[quorum(len(voters)) - 1]
+    log = core.log
+    if mci <= log.committed or log.term(mci) != core.term:
+        return False
+    log.commit_to(mci)
+    if core.id not in voters and log.last_config_index() <= log.committed:
+        _step_down_removed(core)
+    return True
+
+
+def _step_down_removed(core: RaftCore) -> None:
+    """Our removal is committed: hand over to a caught-up voter at once, then follow."""
+    last = core.log.last_index
+    ready = [v for v in core.membership.voters if v in core.prs and core.prs[v].match == last]
+    if ready:
+        core.msgs.append(TimeoutNow(core.term, core.id, ready[0]))
+    core.become_follower(core.term, "")
+
+
+# ---------------------------------------------------------------------- follower side
+def handle_append(core: RaftCore, m: AppendEntries) -> None:
+    log = core.log
+    if m.prev_index < log.committed:
+        core.msgs.append(AppendResponse(core.term, core.id, m.frm, log.committed))
+        return
+    last = None
+    if not core.corrupt or core.repair_asked == core.term:
+        last = log.maybe_append(m.prev_index, m.prev_term, m.commit, m.entries)
+    if last is not None:
+        core.msgs.append(AppendResponse(core.term, core.id, m.frm, last))
+        _check_repaired(core)
+        return
+    # Once per term, a damaged replica tells the leader (see _repair); otherwise the
+    # usual back-off.
+    corrupt_term = 0
+    if core.corrupt and core.repair_asked != core.term:
+        core.repair_asked = core.term
+        corrupt_term = core.repair_term
+    hint_index, hint_term = log.find_conflict_by_term(
+        min(m.prev_index, log.last_index), m.prev_term
+    )
+    core.msgs.append(
+        AppendResponse(
+            core.term, core.id, m.frm, m.prev_index, True, hint_index, hint_term, corrupt_term
+        )
+    )
+
+
+def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
+    log = core.log
+    if not core.corrupt:
+        # Safe because m.commit <= what this follower acknowledged, which matches the
+        # leader's log. A damaged log may not hold what it acknowledged: it commits only
+        # what AppendEntries verified.
+        log.commit_to(min(m.commit, log.last_index))
+    core.msgs.append(HeartbeatResponse(core.term, core.id, m.frm))
+    _check_repaired(core)
+
+
+def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
+    log = core.log
+    meta = m.snapshot.meta
+    if meta.index <= log.committed:
+        index = log.committed
+    elif not core.corrupt and log.match_term(meta.index, meta.term):
+        log.commit_to(meta.index)  # we have the entries: no need to restore
+        index = meta.index
+    else:
+        log.restore(m.snapshot)
+        index = meta.index
+    core.msgs.append(AppendResponse(core.term, core.id, m.frm, index))
+    _check_repaired(core)
+
+
+def _check_repaired(core: RaftCore) -> None:
+    """A damaged replica may have lost entries it acknowledged, all in terms up to
+    repair_term. A leader of any later term holds every such entry that was committed,
+    ahead of the entries of its own term; so once our log holds an entry committed in a
+    later term, it holds them all again and we may vote."""
+    if core.corrupt and core.lead:
+        term = core.log.term(core.log.committed)
+        if term is not None and term > core.repair_term:
+            core.corrupt = False

@@ -1,0 +1,72 @@
+"""A fake network for the simulator: delay, drop, duplicate, reorder, partition, heal.
+
+Time is counted in steps. A message sent at step t is delivered at t + delay, delay drawn
+from [1, max_delay_steps], so messages overtake each other (reordering). Partitions cut
+links symmetrically; a message is checked against the cuts when it is delivered, as a
+real network loses what is in flight when a link goes down.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+from dataclasses import dataclass
+
+from ..messages import Message
+
+
+@dataclass
+class NetConfig:
+    drop: float = 0.05
+    duplicate: float = 0.02
+    max_delay_steps: int = 8
+
+
+class Network:
+    def __init__(self, rng: random.Random, cfg: NetConfig) -> None:
+        self.rng = rng
+        self.cfg = cfg
+        self._queue: list[tuple[int, int, Message]] = []
+        self._seq = 0
+        self.cut: set[tuple[str, str]] = set()
+        self.sent = 0
+        self.dropped = 0
+
+    def send(self, now: int, msg: Message) -> None:
+        rng, cfg = self.rng, self.cfg
+        self.sent += 1
+        if rng.random() < cfg.drop:
+            self.dropped += 1
+            return
+        copies = 2 if rng.random() < cfg.duplicate else 1
+        for _ in range(copies):
+            self._seq += 1
+            at = now + rng.randint(1, cfg.max_delay_steps)
+            heapq.heappush(self._queue, (at, self._seq, msg))
+
+    def due(self, now: int) -> list[Message]:
+        """Messages to deliver at this step, in delivery order (cut links dropped)."""
+        out: list[Message] = []
+        q = self._queue
+        while q and q[0][0] <= now:
+            _, _, msg = heapq.heappop(q)
+            if (msg.frm, msg.to) in self.cut:
+                self.dropped += 1
+                continue
+            out.append(msg)
+        return out
+
+    def partition(self, groups: list[list[str]]) -> None:
+        self.cut = set()
+        for i, a in enumerate(groups):
+            for b in groups[i + 1 :]:
+                for x in a:
+                    for y in b:
+                        self.cut.add((x, y))
+                        self.cut.add((y, x))
+
+    def heal(self) -> None:
+        self.cut = set()
+
+    def pending(self) -> int:
+        return len(self._queue)
