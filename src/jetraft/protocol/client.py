@@ -146,6 +146,10 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int
         raise ProtocolError(ERR_UNKNOWN_OP) from None
     if hdr_len > total:
         raise ProtocolError(ERR_UNKNOWN_OP)
+    if hdr_len == 0:
+        # "HPUB subj 0 n" carries no header block: nats-server delivers it as a plain MSG, and
+        # an HMSG with an empty block would not parse in clients (no NATS/1.0 line).
+        hdr_len = -1
     return subject, reply_s, total, hdr_len
 
 

@@ -95,6 +95,7 @@ class RaftCore:
         self.role = Role.FOLLOWER
         self.corrupt = corrupt
         self.repair_asked = -1  # term in which a corrupt replica asked for a snapshot
+        self.verified = 0  # our log matches this term's leader up to here (AppendEntries)
         # A corrupt replica may have acknowledged entries of terms up to this one.
         self.repair_term = 0
         if corrupt:
@@ -160,6 +161,7 @@ class RaftCore:
         if term != self.term:
             self.term = term
             self.vote = ""
+            self.verified = 0
         self.lead = ""
         self.elapsed = 0
         self._hb_elapsed = 0
@@ -377,6 +379,18 @@ class RaftCore:
             me.maybe_update(index)
         self.bcast = True
         return index
+
+    def propose_batch(self, datas: Sequence[bytes]) -> int:
+        """propose() for many payloads at once; returns the index of the first."""
+        self._check_can_propose()
+        first = self.log.last_index + 1
+        term, normal = self.term, EntryKind.NORMAL
+        self.log.append([Entry(term, first + k, normal, d) for k, d in enumerate(datas)])
+        me = self.prs.get(self.id)
+        if me is not None:
+            me.maybe_update(self.log.last_index)
+        self.bcast = True
+        return first
 
     def _check_can_propose(self) -> None:
         if self.role is not Role.LEADER:

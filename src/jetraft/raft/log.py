@@ -145,11 +145,20 @@ class RaftLog:
             self._configs.append((e.index, decode_membership(e.data)))
 
     def append(self, entries: Sequence[Entry]) -> None:
-        """Leader append at last_index + 1."""
+        """Leader append of contiguous entries at last_index + 1."""
+        if not entries:
+            return
+        first = entries[0].index
+        if first != self.last_index + 1 or entries[-1].index != first + len(entries) - 1:
+            raise LogSafetyError(f"append of {first}.. after {self.last_index}")
+        self._extend(entries)
+
+    def _extend(self, entries: Sequence[Entry]) -> None:
+        self._entries.extend(entries)
+        config = EntryKind.CONFIG
         for e in entries:
-            if e.index != self.last_index + 1:
-                raise LogSafetyError(f"append of {e.index} after {self.last_index}")
-            self._push(e)
+            if e.kind is config:
+                self._configs.append((e.index, decode_membership(e.data)))
 
     def maybe_append(
         self, prev_index: int, prev_term: int, commit: int, entries: Sequence[Entry]
@@ -159,6 +168,10 @@ class RaftLog:
         if not self.match_term(prev_index, prev_term):
             return None
         new_last = prev_index + len(entries)
+        if prev_index == self.last_index:  # the common case: nothing to compare
+            self._extend(entries)
+            self.commit_to(min(commit, new_last))
+            return new_last
         for k, e in enumerate(entries):
             if self.term(e.index) != e.term:
                 self._truncate_and_append(entries[k:])
@@ -175,8 +188,7 @@ class RaftLog:
         del self._entries[first - self.offset - 1 :]
         while self._configs and self._configs[-1][0] >= first:
             self._configs.pop()
-        for e in entries:
-            self._push(e)
+        self._extend(entries)
 
     def commit_to(self, index: int) -> bool:
         if index <= self.committed:

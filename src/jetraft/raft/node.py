@@ -240,18 +240,36 @@ class RaftNode:
             core.tick()
         if self._proposals:
             props, self._proposals = self._proposals, []
+            batch: list[tuple[bytes, asyncio.Future[Applied]]] = []
             for item, fut in props:
                 if fut.done():
                     continue
+                if isinstance(item, bytes):
+                    batch.append((item, fut))
+                    continue
+                self._propose_batch(batch)
+                batch = []
                 try:
-                    if isinstance(item, MembershipChange):
-                        index = core.change_membership(item)
-                    else:
-                        index = core.propose(item)
+                    index = core.change_membership(item)
                 except (RaftError, ValueError) as exc:
                     fut.set_exception(exc)
                     continue
                 self._pending[index] = (core.term, fut)
+            self._propose_batch(batch)
+
+    def _propose_batch(self, batch: list[tuple[bytes, asyncio.Future[Applied]]]) -> None:
+        if not batch:
+            return
+        core = self.core
+        try:
+            first = core.propose_batch([data for data, _ in batch])
+        except RaftError as exc:
+            for _, fut in batch:
+                fut.set_exception(exc)
+            return
+        term, pending = core.term, self._pending
+        for k, (_, fut) in enumerate(batch):
+            pending[first + k] = (term, fut)
 
     async def _handle_ready(self, rd: Ready) -> None:
         self.readies += 1
@@ -304,6 +322,8 @@ class RaftNode:
 
     def _apply(self, e: Entry) -> None:
         result = self.sm.apply(e) if e.kind is EntryKind.NORMAL else None
+        if not self._pending:
+            return
         p = self._pending.pop(e.index, None)
         if p is None:
             return

@@ -172,6 +172,7 @@ def handle_append(core: RaftCore, m: AppendEntries) -> None:
     if not core.corrupt or core.repair_asked == core.term:
         last = log.maybe_append(m.prev_index, m.prev_term, m.commit, m.entries)
     if last is not None:
+        core.verified = max(core.verified, last)
         core.msgs.append(AppendResponse(core.term, core.id, m.frm, last))
         _check_repaired(core)
         return
@@ -193,11 +194,10 @@ def handle_append(core: RaftCore, m: AppendEntries) -> None:
 
 def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
     log = core.log
-    if not core.corrupt:
-        # Safe because m.commit <= what this follower acknowledged, which matches the
-        # leader's log. A damaged log may not hold what it acknowledged: it commits only
-        # what AppendEntries verified.
-        log.commit_to(min(m.commit, log.last_index))
+    # Safe because m.commit <= what this follower acknowledged, which matches the
+    # leader's log. A damaged log may not hold what it acknowledged: it commits only what
+    # AppendEntries verified in this term.
+    log.commit_to(min(m.commit, core.verified if core.corrupt else log.last_index))
     core.msgs.append(HeartbeatResponse(core.term, core.id, m.frm))
     _check_repaired(core)
 
@@ -212,7 +212,8 @@ def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
         index = meta.index
     else:
         log.restore(m.snapshot)
-        index = meta.index
+        index = core.verified = meta.index
+    core.verified = max(core.verified, index)
     core.msgs.append(AppendResponse(core.term, core.id, m.frm, index))
     _check_repaired(core)
 

@@ -322,15 +322,15 @@ class ClientConnection(asyncio.Protocol):
         if not out and not self._flush_scheduled:
             self._flush_scheduled = True
             self._call_soon(self.flush)
-        if hdr is None:
+        # A client that did not announce headers support gets the payload alone, as from
+        # nats-server: dropping the message would lose it for older or minimal clients.
+        if hdr is None or not self.headers:
             size = len(data)
             if reply is None:
                 out.append(f"MSG {subject} {sub.sid} {size}\r\n".encode())
             else:
                 out.append(f"MSG {subject} {sub.sid} {reply} {size}\r\n".encode())
         else:
-            if not self.headers:
-                return False
             size = len(hdr) + len(data)
             out.append(proto.hmsg_head(subject, sub.sid, reply, len(hdr), size))
             out.append(hdr)

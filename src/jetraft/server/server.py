@@ -63,6 +63,8 @@ class Server:
         self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
         self._loop: asyncio.AbstractEventLoop | None = None
         self.jetstream: Any = None  # JetStreamManager when cfg.jetstream is set
+        # Client URLs (host:port) of the servers we have routes to; the route layer owns it.
+        self.route_client_urls: list[str] = []
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -224,8 +226,22 @@ class Server:
             info["jetstream"] = True
         if cfg.cluster is not None and cfg.cluster.name:
             info["cluster"] = cfg.cluster.name
-        info["connect_urls"] = [f"{self._advertise_host(conn)}:{self.client_port}"]
+        urls = self.connect_urls(conn)
+        if urls:
+            info["connect_urls"] = urls
         return info
+
+    def connect_urls(self, conn: ClientConnection) -> list[str]:
+        """Client URLs of the cluster, this server included, for INFO ``connect_urls``.
+
+        Empty while no route is up, as nats-server: a lone server advertises nothing, since
+        clients add every advertised URL they do not already hold (compared by netloc, so
+        ``127.0.0.1:4222`` is new to a pool holding ``user:pass@127.0.0.1:4222``) and would
+        then retry a credential-less copy of the one server they know.
+        """
+        if not self.route_client_urls:
+            return []
+        return [f"{self._advertise_host(conn)}:{self.client_port}", *self.route_client_urls]
 
     def _advertise_host(self, conn: ClientConnection) -> str:
         host = self.config.host
