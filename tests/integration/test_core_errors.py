@@ -78,7 +78,7 @@ async def test_max_payload_violation(make_server) -> None:  # type: ignore[no-un
 async def test_max_control_line(server: Server) -> None:
     raw = await Raw.open(server)
     await raw.send(b"SUB " + b"a" * 5000 + b" 1\r\n")
-    assert await raw.line() == b"-ERR 'Maximum Control Line Exceeded'\r\n"
+    assert await raw.line() == b"-ERR 'maximum control line exceeded'\r\n"
     assert await raw.closed_by_server()
 
 

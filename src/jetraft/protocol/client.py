@@ -19,7 +19,7 @@ DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 ERR_UNKNOWN_OP = "Unknown Protocol Operation"
 ERR_MAX_PAYLOAD = "Maximum Payload Violation"
-ERR_MAX_CONTROL_LINE = "Maximum Control Line Exceeded"
+ERR_MAX_CONTROL_LINE = "maximum control line exceeded"  # lower case, as nats-server writes it
 
 
 class ProtocolError(Exception):
