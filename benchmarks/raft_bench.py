@@ -2,12 +2,13 @@
 
     python -m benchmarks.raft_bench [--entries N] [--groups G] [--idle-s S] [--dir PATH]
 
-1. Throughput: 3 RaftNodes (one group) over InMemoryHub, each with its own Wal on OsDisk
+1. Idle groups (first, so that their memory is measured on a fresh process): G groups
+   of 3 replicas each (3G RaftNodes) in this process, elected and then idle: CPU used
+   (% of one core) and resident memory.
+2. Throughput: 3 RaftNodes (one group) over InMemoryHub, each with its own Wal on OsDisk
    (fsync for real). A client keeps a window of proposals in flight on the leader; we
    count entries committed and applied on the leader per second, for 128 B and 1 KiB
    entries, and the fsyncs per second that took (group commit: one per Ready per node).
-2. Idle groups: G groups of 3 replicas each (3G RaftNodes) in this process, elected and
-   then idle: CPU used (% of one core) and resident memory.
 Timing is printed, never asserted.
 """
 
@@ -151,6 +152,14 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         print(machine_summary())
         print(f"WAL directory: {base}")
+        r = await idle_groups(os.path.join(base, "idle"), args.groups, args.idle_s, args.tick_s)
+        print(
+            f"idle: {args.groups} groups x 3 replicas ({int(r['leaders'])} leaders), "
+            f"tick {args.tick_s * 1000:.0f} ms, heartbeat every 2 ticks: "
+            f"CPU {r['cpu_pct']:.1f}% of one core, RSS {r['rss_mb']:.0f} MB "
+            f"(+{r['rss_delta_mb']:.0f} MB for the groups), "
+            f"{r['messages_per_s']:,.0f} messages/s"
+        )
         for size in (128, 1024):
             sub = os.path.join(base, f"tp-{size}")
             r = await throughput(sub, args.entries, size, args.window)
@@ -161,14 +170,6 @@ async def main_async(args: argparse.Namespace) -> None:
                 f"{r['entries_per_leader_fsync']:,.0f} entries per leader fsync), "
                 f"CPU {r['cpu_pct']:.0f}% of one core, {r['seconds']:.1f}s"
             )
-        r = await idle_groups(os.path.join(base, "idle"), args.groups, args.idle_s, args.tick_s)
-        print(
-            f"idle: {args.groups} groups x 3 replicas ({int(r['leaders'])} leaders), "
-            f"tick {args.tick_s * 1000:.0f} ms, heartbeat every 2 ticks: "
-            f"CPU {r['cpu_pct']:.1f}% of one core, RSS {r['rss_mb']:.0f} MB "
-            f"(+{r['rss_delta_mb']:.0f} MB for the groups), "
-            f"{r['messages_per_s']:,.0f} messages/s"
-        )
     finally:
         if args.dir is None:
             shutil.rmtree(base, ignore_errors=True)
