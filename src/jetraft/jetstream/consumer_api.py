@@ -333,34 +333,33 @@ def _paged(ctx: ApiContext, subject: str, data: bytes, limit: int) -> tuple[list
     return [cset.consumers[n] for n in names[offset : offset + limit]], total, offset
 
 
-def handle_names(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
-    kind = "consumer_names_response"
+def _page_response(
+    ctx: ApiContext, subject: str, data: bytes, kind: str, limit: int, render: Any
+) -> dict[str, Any]:
+    """One page of NAMES or LIST: the same paging, each consumer rendered by ``render``."""
     try:
-        page, total, offset = _paged(ctx, subject, data, NAMES_LIMIT)
+        page, total, offset = _paged(ctx, subject, data, limit)
     except ConsumerError as exc:
         return _error(kind, exc)
     return {
         "type": PREFIX + kind,
         "total": total,
         "offset": offset,
-        "limit": NAMES_LIMIT,
-        "consumers": [h.core.name for h in page],
+        "limit": limit,
+        "consumers": [render(h) for h in page],
     }
+
+
+def handle_names(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
+    return _page_response(
+        ctx, subject, data, "consumer_names_response", NAMES_LIMIT, lambda h: h.core.name
+    )
 
 
 def handle_list(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
-    kind = "consumer_list_response"
-    try:
-        page, total, offset = _paged(ctx, subject, data, LIST_LIMIT)
-    except ConsumerError as exc:
-        return _error(kind, exc)
-    return {
-        "type": PREFIX + kind,
-        "total": total,
-        "offset": offset,
-        "limit": LIST_LIMIT,
-        "consumers": [h.info() for h in page],
-    }
+    return _page_response(
+        ctx, subject, data, "consumer_list_response", LIST_LIMIT, lambda h: h.info()
+    )
 
 
 # --- MSG.NEXT / PAUSE / STEPDOWN ------------------------------------------------------------
