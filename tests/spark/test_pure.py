@@ -20,7 +20,7 @@ from jetraft.spark.options import (
     parse_timestamp_ns,
     parse_write_options,
 )
-from jetraft.spark.planning import capped_end, offset_seq, split_ranges
+from jetraft.spark.planning import Admission, capped_end, offset_seq, split_ranges
 
 
 def test_read_options_defaults_and_case() -> None:
@@ -93,6 +93,36 @@ def test_offsets_and_caps() -> None:
     assert capped_end(10, 1000, 100) == 110
     assert capped_end(10, 50, 100) == 50
     assert capped_end(10, 3, None) == 10  # a purged stream never moves offsets back
+
+
+def test_admission_min_and_max_per_trigger() -> None:
+    both = Admission(max_rows=100, min_rows=30, max_delay_s=60.0)
+    assert both.end(10, 25, waited_s=0.0) == 10  # 15 waiting < 30: no batch yet
+    assert both.end(10, 25, waited_s=59.9) == 10
+    assert both.end(10, 25, waited_s=60.0) == 25  # the delay is over: what there is
+    assert both.end(10, 40, waited_s=0.0) == 40  # 30 waiting: a batch
+    assert both.end(10, 500, waited_s=0.0) == 110  # capped at 100
+    assert both.end(10, 10, waited_s=1e9) == 10  # nothing waiting: never a batch
+    assert Admission().end(10, 500, waited_s=0.0) == 500
+    assert Admission(min_rows=5).end(10, 3, waited_s=1e9) == 10  # purged: never backwards
+
+
+def test_trigger_options() -> None:
+    opts = parse_read_options(
+        {"stream": "S", "minMessagesPerTrigger": "5", "maxTriggerDelay": "2m"}, streaming=True
+    )
+    assert (opts.min_messages_per_trigger, opts.max_trigger_delay_s) == (5, 120.0)
+    assert parse_read_options({"stream": "S"}, streaming=True).max_trigger_delay_s == 900.0
+    for raw, seconds in (("250ms", 0.25), ("1500", 1.5), ("30 s", 30.0), ("1h", 3600.0)):
+        parsed = parse_read_options({"stream": "S", "maxTriggerDelay": raw}, streaming=True)
+        assert parsed.max_trigger_delay_s == seconds
+    with pytest.raises(OptionError, match="maxTriggerDelay must be a duration"):
+        parse_read_options({"stream": "S", "maxTriggerDelay": "soon"}, streaming=True)
+    with pytest.raises(OptionError, match=r"minMessagesPerTrigger \(10\) is above"):
+        parse_read_options(
+            {"stream": "S", "minMessagesPerTrigger": "10", "maxMessagesPerTrigger": "5"},
+            streaming=True,
+        )
 
 
 def test_header_blocks_round_trip_repeated_names() -> None:

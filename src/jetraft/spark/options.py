@@ -61,6 +61,8 @@ class ReadOptions:
     starting: Position = Position("earliest")
     ending: Position = Position("latest")
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_s: float = 900.0
     min_partitions: int = 1
     max_records_per_partition: int = 100_000
     include_headers: bool = False
@@ -115,6 +117,22 @@ def _float(opts: dict[str, str], name: str, default: float) -> float:
     if value <= 0:
         raise OptionError(f"option {name} must be > 0, got {raw}")
     return value
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(ms|s|m|min|h|d)?$")
+_DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def _duration_s(opts: dict[str, str], name: str, default: float) -> float:
+    """A Spark-style time string ("15m", "30s", "500ms"; a bare number is milliseconds)."""
+    raw = opts.get(name.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    match = _DURATION.match(raw.strip().lower())
+    if match is None:
+        raise OptionError(f"option {name} must be a duration such as 30s or 15m, got {raw!r}")
+    number, unit = match.groups()
+    return float(number) * _DURATION_UNIT_S[unit or "ms"]
 
 
 def _bool(opts: dict[str, str], name: str, default: bool) -> bool:
@@ -184,6 +202,7 @@ _CONN_KEYS = {
 _READ_KEYS = _CONN_KEYS | {
     "stream", "subjects", "startingsequence", "startingtimestamp", "startingoffsets",
     "endingsequence", "endingtimestamp", "endingoffsets", "maxmessagespertrigger",
+    "minmessagespertrigger", "maxtriggerdelay",
     "minpartitions", "maxrecordsperpartition", "includeheaders", "failondataloss",
     "fetchbatch", "readmode", "maxreadretries",
 }  # fmt: skip
@@ -271,6 +290,14 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
     if mode not in ("auto", "direct", "consumer"):
         raise OptionError(f"option readMode must be auto, direct or consumer, got {mode!r}")
     max_trigger = _int(opts, "maxMessagesPerTrigger", None, 1)
+    min_trigger = _int(opts, "minMessagesPerTrigger", None, 1)
+    if not streaming and (max_trigger or min_trigger):
+        log.warning("jetstream source: max/minMessagesPerTrigger apply to streaming reads only")
+    if max_trigger is not None and min_trigger is not None and min_trigger > max_trigger:
+        raise OptionError(
+            f"option minMessagesPerTrigger ({min_trigger}) is above "
+            f"maxMessagesPerTrigger ({max_trigger})"
+        )
     return ReadOptions(
         conn=parse_conn(options),
         stream=stream,
@@ -278,6 +305,8 @@ def parse_read_options(options: Mapping[str, str], streaming: bool) -> ReadOptio
         starting=starting,
         ending=ending,
         max_messages_per_trigger=max_trigger,
+        min_messages_per_trigger=min_trigger,
+        max_trigger_delay_s=_duration_s(opts, "maxTriggerDelay", 900.0),
         min_partitions=_int(opts, "minPartitions", 1, 1) or 1,
         max_records_per_partition=_int(opts, "maxRecordsPerPartition", 100_000, 1) or 1,
         include_headers=_bool(opts, "includeHeaders", False),

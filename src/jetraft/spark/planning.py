@@ -64,3 +64,23 @@ def capped_end(start: int, latest_next: int, max_per_trigger: int | None) -> int
     if max_per_trigger is not None:
         end = min(end, start + max_per_trigger)
     return max(end, start)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """How much of what is available the next micro-batch takes (Kafka's trigger options).
+
+    ``max_rows`` caps a batch; ``min_rows`` holds a batch back until that many sequences are
+    waiting or ``max_delay_s`` has passed since the last batch was admitted (so a quiet stream
+    is still read, just later). Both count sequences, as Kafka's options count offsets.
+    """
+
+    max_rows: int | None = None
+    min_rows: int | None = None
+    max_delay_s: float = 900.0
+
+    def end(self, start: int, latest_next: int, waited_s: float) -> int:
+        """End offset for a batch from ``start``; ``start`` itself means "no batch now"."""
+        end = capped_end(start, latest_next, self.max_rows)
+        held = self.min_rows is not None and end - start < self.min_rows
+        return start if held and waited_s < self.max_delay_s else end

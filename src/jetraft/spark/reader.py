@@ -8,17 +8,31 @@ connection lazily through the per-process cache in ``loop``.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Iterator
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyspark
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 
 from jetraft.spark import fetch, loop, planning, wire
 from jetraft.spark.fetch import Chunk, DataLossError, RangeSpec
 from jetraft.spark.options import OptionError, Position, ReadOptions
 from jetraft.spark.rows import subject_filter, to_record_batch
+
+try:  # PySpark 4.2+: streaming read limits (admission control) and Trigger.AvailableNow
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxRows,
+        ReadMinRows,
+        SupportsTriggerAvailableNow,
+    )
+
+    HAS_READ_LIMITS = True
+except ImportError:  # pragma: no cover - PySpark 4.0/4.1
+    HAS_READ_LIMITS = False
 
 log = logging.getLogger("jetraft.spark")
 
@@ -195,17 +209,35 @@ class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc, unused-ignor
 class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unused-ignore]
     """``spark.readStream.format("jetstream")``: offsets ``{"seq": next sequence}``.
 
-    PySpark 4.0's Python stream API has no admission control, so ``maxMessagesPerTrigger`` is
-    applied here: the reader remembers where the current batch starts (the initial offset, or
-    the end of the last batch planned or committed) and caps the next end offset from there.
-    Under ``Trigger.AvailableNow`` Spark asks for the latest offset once and reads up to it.
+    On PySpark 4.2+ Spark passes each batch's start offset and a read limit to
+    ``latestOffset`` (admission control): ``getDefaultReadLimit`` reports the trigger options,
+    and ``ReadAllAvailable`` (which Spark may pass to honour a trigger) overrides them.
+    PySpark 4.0/4.1 call ``latestOffset()`` with no arguments; then the reader remembers where
+    the next batch starts itself (the initial offset, or the end of the last batch planned or
+    committed) and applies ``maxMessagesPerTrigger`` from there; ``minMessagesPerTrigger``
+    is refused there, since it needs read limits.
     """
 
+    # The clock that times maxTriggerDelay; tests replace it.
+    clock: Callable[[], float] = staticmethod(time.monotonic)
+
     def __init__(self, opts: ReadOptions) -> None:
+        if opts.min_messages_per_trigger is not None and not HAS_READ_LIMITS:
+            raise OptionError(
+                "option minMessagesPerTrigger needs PySpark 4.2 or newer (streaming read "
+                f"limits); this is PySpark {pyspark.__version__}"
+            )
         self.opts = opts
         state = loop.run_sync(lambda: _stream_state(opts))
         self.mode = _mode(opts, state)
+        self.admission = planning.Admission(
+            opts.max_messages_per_trigger,
+            opts.min_messages_per_trigger,
+            opts.max_trigger_delay_s,
+        )
         self._cursor: int | None = None
+        self._target: int | None = None  # Trigger.AvailableNow: never read past this
+        self._last_admitted = self.clock()
 
     def _initial_seq(self) -> int:
         async def _initial() -> int:
@@ -214,23 +246,72 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
 
         return loop.run_sync(_initial)
 
+    def _latest_next(self) -> int:
+        state = loop.run_sync(lambda: _stream_state(self.opts))
+        latest = state.last_seq + 1
+        return latest if self._target is None else min(latest, self._target)
+
     def initialOffset(self) -> dict[str, int]:
         seq = self._initial_seq()
         if self._cursor is None:
             self._cursor = seq
         return planning.offset(seq)
 
-    def latestOffset(self) -> dict[str, int]:
+    def getDefaultReadLimit(self) -> Any:
+        if not HAS_READ_LIMITS:  # pragma: no cover - Spark only asks where they exist
+            return None
+        if self.opts.min_messages_per_trigger is not None:
+            return ReadMinRows(self.opts.min_messages_per_trigger)
+        if self.opts.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, int]:
+        if start is None:
+            return self._latest_offset_without_limits()
+        lo = planning.offset_seq(start, "start offset")
+        admission = self._admission_for(limit)
+        now = self.clock()
+        end = admission.end(lo, self._latest_next(), now - self._last_admitted)
+        if end > lo:
+            self._last_admitted = now
+        return planning.offset(end)
+
+    def _admission_for(self, limit: Any) -> planning.Admission:
+        """The trigger options, narrowed by the limit Spark passed for this batch."""
+        if limit_all(limit):
+            return planning.Admission()  # Spark honours a trigger: everything available
+        max_rows = self.admission.max_rows
+        min_rows = self.admission.min_rows
+        if HAS_READ_LIMITS and isinstance(limit, ReadMaxRows):
+            max_rows = limit.max_rows if max_rows is None else min(max_rows, limit.max_rows)
+        elif HAS_READ_LIMITS and isinstance(limit, ReadMinRows):
+            min_rows = limit.min_rows
+        if self._target is not None:
+            min_rows = None  # Trigger.AvailableNow must end: a minimum never holds it back
+        return planning.Admission(max_rows, min_rows, self.admission.max_delay_s)
+
+    def _latest_offset_without_limits(self) -> dict[str, int]:
         if self._cursor is None:
-            # Spark (4.0) asks a fresh query for the latest offset before the initial one,
+            # PySpark 4.0 asks a fresh query for the latest offset before the initial one,
             # and a restarted query plans its last logged batch first (partitions() sets the
             # cursor), so an unknown cursor means a fresh query: it starts at the initial one.
             self._cursor = self._initial_seq()
-        state = loop.run_sync(lambda: _stream_state(self.opts))
         end = planning.capped_end(
-            self._cursor, state.last_seq + 1, self.opts.max_messages_per_trigger
+            self._cursor, self._latest_next(), self.opts.max_messages_per_trigger
         )
         return planning.offset(end)
+
+    def reportLatestOffset(self) -> dict[str, int]:
+        state = loop.run_sync(lambda: _stream_state(self.opts))
+        return planning.offset(state.last_seq + 1)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        # What is in the stream now is the whole run; later publishes wait for the next run.
+        state = loop.run_sync(lambda: _stream_state(self.opts))
+        self._target = state.last_seq + 1
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[JetStreamPartition]:
         lo = planning.offset_seq(start, "start offset")
@@ -246,3 +327,21 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         # Nothing to release on the server: positions live in Spark's checkpoint only.
         seq = planning.offset_seq(end, "committed offset")
         self._cursor = max(seq, self._cursor or 0)
+
+
+def limit_all(limit: Any) -> bool:
+    """Spark asked for everything available, whatever the options say."""
+    return HAS_READ_LIMITS and isinstance(limit, ReadAllAvailable)
+
+
+if HAS_READ_LIMITS:
+
+    class JetStreamAvailableNowReader(JetStreamStreamReader, SupportsTriggerAvailableNow):  # type: ignore[misc, unused-ignore]
+        """The stream reader with Spark's Trigger.AvailableNow hook (PySpark 4.2+)."""
+
+
+def stream_reader(opts: ReadOptions) -> JetStreamStreamReader:
+    """The stream reader for this PySpark: with the AvailableNow hook where it exists."""
+    if HAS_READ_LIMITS:
+        return JetStreamAvailableNowReader(opts)
+    return JetStreamStreamReader(opts)

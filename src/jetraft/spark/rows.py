@@ -29,6 +29,23 @@ _ARROW_HEADERS = pa.map_(pa.string(), pa.list_(pa.string()))
 _ARROW_TS = pa.timestamp("us", tz="UTC")
 
 
+def arrow_schema(include_headers: bool) -> pa.Schema:
+    """The Arrow form of ``source_schema``, nullability included (Spark 4.2+ checks it)."""
+    fields = [
+        pa.field("stream", pa.string(), nullable=False),
+        pa.field("subject", pa.string(), nullable=False),
+        pa.field("sequence", pa.int64(), nullable=False),
+        pa.field("timestamp", _ARROW_TS, nullable=False),
+        pa.field("data", pa.binary()),
+    ]
+    if include_headers:
+        fields.append(pa.field("headers", _ARROW_HEADERS))
+    return pa.schema(fields)
+
+
+_ARROW_SCHEMAS = {flag: arrow_schema(flag) for flag in (False, True)}
+
+
 def source_schema(include_headers: bool) -> StructType:
     fields = [
         StructField("stream", StringType(), False),
@@ -103,8 +120,6 @@ def to_record_batch(
         _times(chunk),
         pa.array(chunk.data, type=pa.binary()),
     ]
-    names = ["stream", "subject", "sequence", "timestamp", "data"]
     if include_headers:
         arrays.append(_headers(chunk.headers))
-        names.append("headers")
-    return pa.RecordBatch.from_arrays(arrays, names=names)
+    return pa.RecordBatch.from_arrays(arrays, schema=_ARROW_SCHEMAS[include_headers])

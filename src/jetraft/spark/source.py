@@ -12,7 +12,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from jetraft.spark.options import parse_read_options, parse_write_options
-from jetraft.spark.reader import JetStreamBatchReader, JetStreamStreamReader
+from jetraft.spark.reader import JetStreamBatchReader, stream_reader
 from jetraft.spark.rows import source_schema
 from jetraft.spark.writer import JetStreamBatchWriter, JetStreamStreamWriter
 
@@ -38,7 +38,7 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc, unused-ignore]
         return JetStreamBatchReader(parse_read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return JetStreamStreamReader(parse_read_options(self.options, streaming=True))
+        return stream_reader(parse_read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         return JetStreamBatchWriter(parse_write_options(self.options), schema)
