@@ -131,3 +131,86 @@ async def test_monitoring_endpoints(make_server: ServerFactory) -> None:
     assert status == 404
     status, _ = await _http_get(port, "/connz?sort=bogus")
     assert status == 400
+
+
+def _tls_client_answering_info_at_once(port: int, ca_file: str) -> bytes:
+    """A client whose TLS hello is ready before it connects and leaves the moment INFO does:
+    the fastest a client can be. Returns what the server says to CONNECT + PING."""
+    import socket
+
+    ctx = ssl.create_default_context(cafile=ca_file)
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname="127.0.0.1")
+
+    def step() -> bool:
+        try:
+            tls.do_handshake()
+            return True
+        except ssl.SSLWantReadError:
+            return False
+
+    step()
+    hello = outgoing.read()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        info = raw.recv(65536)
+        raw.sendall(hello)
+        assert info.startswith(b"INFO ") and b'"tls_required":true' in info, info
+        done = False
+        while not done:
+            data = raw.recv(65536)
+            if not data:
+                return b"closed during the handshake"
+            if b"-ERR" in data:
+                return data
+            incoming.write(data)
+            done = step()
+            raw.sendall(outgoing.read())
+        tls.write(b"CONNECT {}\r\nPING\r\n")
+        raw.sendall(outgoing.read())
+        answer = b""
+        while b"PONG\r\n" not in answer and b"-ERR" not in answer:
+            data = raw.recv(65536)
+            if not data:
+                break
+            incoming.write(data)
+            try:
+                answer += tls.read(65536)
+            except ssl.SSLWantReadError:
+                continue
+        return answer
+
+
+def test_tls_upgrade_when_the_hello_follows_info_at_once(
+    certs: dict[str, Any], tmp_path: Path
+) -> None:
+    # The TLS hello must never reach the plain-text parser, however soon it follows INFO.
+    # Run as users run it (its own process, on uvloop): that is where the race showed.
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    conf = tmp_path / "tls.conf"
+    conf.write_text(
+        f'listen: "127.0.0.1:{port}"\n'
+        f'tls {{ cert_file: "{certs["cert"]}", key_file: "{certs["key"]}" }}\n'
+    )
+    proc = subprocess.Popen([sys.executable, "-m", "jetraft", "server", "-c", str(conf)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "server did not start"
+                time.sleep(0.05)
+        for _ in range(60):
+            answer = _tls_client_answering_info_at_once(port, certs["ca"])
+            assert answer.endswith(b"PONG\r\n"), answer
+    finally:
+        proc.terminate()
+        proc.wait(15)

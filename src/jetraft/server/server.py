@@ -170,20 +170,26 @@ class Server:
             return
         self.clients[conn.cid] = conn
         self.stats.total_connections += 1
-        conn.enqueue(proto.encode_info(self.info_for(conn)))
+        info = proto.encode_info(self.info_for(conn))
         if self.auth.required:
             timeout = cfg.auth_timeout_ns / 1e9
             conn.start_auth_timer(timeout)
-        if self._upgrade_after_info:
-            conn.flush()
-            task = asyncio.ensure_future(self._upgrade_tls(conn))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        if not self._upgrade_after_info:
+            conn.enqueue(info)
+            return
+        task = asyncio.ensure_future(self._upgrade_tls(conn, info))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
-    async def _upgrade_tls(self, conn: ClientConnection) -> None:
+    async def _upgrade_tls(self, conn: ClientConnection, info: bytes) -> None:
         assert self.tls_context is not None and conn.transport is not None
         tls = self.config.tls
         timeout = tls.timeout_s if tls is not None else 2.0
+        # INFO goes out in the same loop step that starts the handshake: the client answers
+        # INFO with its TLS hello, and had INFO left a step earlier, the hello could reach
+        # the plain-text parser first (seen under uvloop: -ERR and a failed handshake).
+        conn.enqueue(info)
+        conn.flush()
         try:
             new = await self.loop.start_tls(
                 conn.transport,
