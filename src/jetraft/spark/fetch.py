@@ -208,11 +208,12 @@ async def _direct_request(inbox: _Inbox, spec: RangeSpec, cursor: int, count: in
 async def _confirm_end(nc: Client, spec: RangeSpec, cursor: int) -> int | None:
     """Ask the leader for the next message at/after ``cursor``: its sequence if it is in range
     (a replica was behind), None if the range really is complete."""
-    filt = spec.filter_subject or ">"
-    msg = await wire.next_existing(nc, spec.stream, cursor, filt, spec.timeout_s)
-    if msg is None or msg.seq > spec.end:
-        return None
-    return msg.seq
+    found: list[int] = []
+    for filt in spec.filter_subjects or (">",):
+        msg = await wire.next_existing(nc, spec.stream, cursor, filt, spec.timeout_s)
+        if msg is not None and msg.seq <= spec.end:
+            found.append(msg.seq)
+    return min(found) if found else None
 
 
 async def _read_direct_subrange(inbox: _Inbox, spec: RangeSpec, start: int, end: int) -> Chunk:
@@ -358,8 +359,16 @@ async def read_consumer(nc: Client, spec: RangeSpec) -> AsyncIterator[Chunk]:
                     cursor = last + 1
                     if chunk.seqs:
                         yield chunk
-                if last >= spec.end or (msgs and pending == 0) or (status == 404 and not msgs):
+                if last >= spec.end:
                     return
+                if (msgs and pending == 0) or (status == 404 and not msgs):
+                    # The consumer reads its server's replica, which may lag the leader:
+                    # "nothing more" is final only when the leader agrees.
+                    nxt = await _confirm_end(nc, spec, cursor)
+                    if nxt is None:
+                        return
+                    await retries.failed(f"replica behind at sequence {nxt}")
+                    break  # recreate the consumer at the cursor
                 if status not in (0, 404, 408) or (status == 408 and not msgs):
                     await retries.failed(f"pull status {status}")
                     break  # recreate the consumer at the cursor

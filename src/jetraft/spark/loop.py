@@ -158,13 +158,12 @@ def _tls_context(opts: ConnOptions) -> ssl.SSLContext | None:
     return ctx
 
 
-async def _open(opts: ConnOptions) -> JetClient:
-    client = JetClient()
+def _connect_kwargs(opts: ConnOptions, tls: ssl.SSLContext | None) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "servers": list(opts.servers),
         "connect_timeout": opts.connect_timeout_s,
         # Few attempts while connecting for the first time, so a wrong URL fails fast;
-        # unlimited once connected (set below), so a restarting server is ridden out.
+        # unlimited once connected (set in _open), so a restarting server is ridden out.
         "max_reconnect_attempts": 2,
         "reconnect_time_wait": 0.25,
         "allow_reconnect": True,
@@ -178,25 +177,62 @@ async def _open(opts: ConnOptions) -> JetClient:
         kwargs["token"] = opts.token
     if opts.creds_file:
         kwargs["user_credentials"] = opts.creds_file
-    tls = _tls_context(opts)
+    if opts.nkey_seed_file:
+        kwargs["nkeys_seed"] = opts.nkey_seed_file
     if tls is not None:
         kwargs["tls"] = tls
+    return kwargs
+
+
+_HANG_UPS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError, EOFError)
+
+
+def _connect_error(opts: ConnOptions, tls_used: bool, cause: BaseException) -> ConnectionError:
+    text = str(cause) or type(cause).__name__
+    # A server that verifies client certificates hangs up right after the handshake (TLS 1.3)
+    # when the client sent none; the client mostly sees only the connection end.
+    hung_up = isinstance(cause, _HANG_UPS)
+    if tls_used and hung_up:
+        text = "the server closed the connection during the TLS handshake"
+    if tls_used and not opts.tls_cert_file and (hung_up or "certificate required" in text):
+        text += " (if it verifies client certificates, give tlsCertFile and tlsKeyFile)"
+    return ConnectionError(f"jetstream source: cannot connect to {', '.join(opts.servers)}: {text}")
+
+
+async def _open(opts: ConnOptions) -> JetClient:
+    client = JetClient()
+    tls = _tls_context(opts)
+    kwargs = _connect_kwargs(opts, tls)
     errors: list[BaseException] = []
+    fatal = asyncio.Event()
 
     async def _record(exc: Exception) -> None:
         # nats-py reports through error_cb; keep the first cause for a clear message.
         if len(errors) < 8:
             errors.append(exc)
+        if isinstance(exc, ssl.SSLError):
+            fatal.set()  # a bad certificate does not heal by retrying
 
     kwargs["error_cb"] = _record
-    try:
-        await client.connect(**kwargs)
-    except Exception as exc:
-        cause = errors[0] if errors else exc
-        text = str(cause) or type(cause).__name__
-        raise ConnectionError(
-            f"jetstream source: cannot connect to {', '.join(opts.servers)}: {text}"
-        ) from exc
+    connect = asyncio.ensure_future(client.connect(**kwargs))
+    failed = asyncio.ensure_future(fatal.wait())
+    # Bounded: after a failed TLS handshake nats-py (2.16) waits forever for the dead socket
+    # to close, so connect() would never return.
+    bound_s = opts.connect_timeout_s * 4 + 2
+    await asyncio.wait({connect, failed}, timeout=bound_s, return_when=asyncio.FIRST_COMPLETED)
+    failed.cancel()
+    if not connect.done():
+        connect.cancel()
+        await asyncio.wait({connect}, timeout=1)
+    exc = connect.exception() if connect.done() and not connect.cancelled() else None
+    if exc is not None or not connect.done() or connect.cancelled():
+        cause = errors[0] if errors else (exc or TimeoutError(f"no answer in {bound_s:g} s"))
+        raise _connect_error(opts, tls is not None, cause) from exc
+    if not client.is_connected:
+        # nats-py returns from connect() without an error when the server hangs up before
+        # its PONG: no connection, and nothing said.
+        await asyncio.wait({asyncio.ensure_future(_close_quietly(client))}, timeout=1)
+        raise _connect_error(opts, tls is not None, EOFError("connection closed by the server"))
     client.options["max_reconnect_attempts"] = -1
     errors.clear()
     return client

@@ -38,6 +38,7 @@ class ConnOptions:
     password: str | None = None
     token: str | None = None
     creds_file: str | None = None
+    nkey_seed_file: str | None = None
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
@@ -178,15 +179,19 @@ def parse_conn(options: Mapping[str, str]) -> ConnOptions:
             r"^[^\s:/]+:\d+$", url
         ):
             raise OptionError(f"option servers: {url!r} is not a nats://host:port URL")
-    files = {k: opts.get(k) for k in ("credsfile", "tlscafile", "tlscertfile", "tlskeyfile")}
+    names = ("credsfile", "nkeyseedfile", "tlscafile", "tlscertfile", "tlskeyfile")
+    files = {k: opts.get(k) for k in names}
     if bool(files["tlscertfile"]) != bool(files["tlskeyfile"]):
         raise OptionError("options tlsCertFile and tlsKeyFile must be given together")
+    if files["credsfile"] and files["nkeyseedfile"]:
+        raise OptionError("options credsFile and nkeySeedFile are exclusive: give only one")
     return ConnOptions(
         servers=servers,
         user=opts.get("user") or None,
         password=opts.get("password") or None,
         token=opts.get("token") or None,
         creds_file=files["credsfile"] or None,
+        nkey_seed_file=files["nkeyseedfile"] or None,
         tls_ca_file=files["tlscafile"] or None,
         tls_cert_file=files["tlscertfile"] or None,
         tls_key_file=files["tlskeyfile"] or None,
@@ -197,7 +202,7 @@ def parse_conn(options: Mapping[str, str]) -> ConnOptions:
 
 _CONN_KEYS = {
     "servers", "url", "user", "password", "token", "credsfile", "tlscafile", "tlscertfile",
-    "tlskeyfile", "connecttimeoutseconds", "requesttimeoutseconds",
+    "tlskeyfile", "connecttimeoutseconds", "requesttimeoutseconds", "nkeyseedfile",
 }  # fmt: skip
 _READ_KEYS = _CONN_KEYS | {
     "stream", "subjects", "startingsequence", "startingtimestamp", "startingoffsets",

@@ -64,6 +64,12 @@ def check_input_schema(schema: StructType, opts: WriteOptions) -> None:
         raise OptionError(f"msgIdColumn {opts.msg_id_column!r} is not a column")
 
 
+def check_reachable(opts: WriteOptions) -> None:
+    """Connect from the driver once, so a wrong URL or credential fails the write before any
+    task runs (the tasks would each fail the same way, after Spark's retries)."""
+    loop.run_sync(lambda: loop.connection(opts.conn))
+
+
 def _as_bytes(value: Any) -> bytes:
     if value is None:
         return b""
@@ -179,6 +185,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc, unused-
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, opts)
+        check_reachable(opts)
         self.opts = opts
         self.write_id = opts.write_id or uuid.uuid4().hex
         if opts.commit_bucket and opts.write_id:
@@ -211,6 +218,7 @@ class JetStreamStreamWriter(DataSourceStreamWriter):  # type: ignore[misc, unuse
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_input_schema(schema, opts)
+        check_reachable(opts)
         self.opts = opts
         if opts.commit_bucket:
             loop.run_sync(lambda: commits.ensure_bucket(opts))
