@@ -75,10 +75,13 @@ def spark_session(master: str) -> Any:
 
     import jetraft.spark
 
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
         SparkSession.builder.master(master)
         .appName("jetraft-spark-bench")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "2g")

@@ -43,12 +43,16 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
     import jetraft.spark
 
+    # Loopback only: Spark otherwise binds the driver to the host's first non-loopback address.
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     session = (
         SparkSession.builder.master("local[2, 4]")
         .appName("jetraft-spark-tests")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")

@@ -143,3 +143,24 @@ def test_ack_subjects_and_subject_filters() -> None:
     assert (v2.stream_seq, v2.pending) == (43, 0)
     assert subject_matches("a.*.c", "a.b.c") and not subject_matches("a.*", "a.b.c")
     assert subject_matches("a.>", "a.b.c") and not subject_matches("a.>", "a")
+
+
+def test_nats_py_internals_the_fast_paths_override_are_still_there() -> None:
+    """JetClient (spark/loop.py) overrides two private nats-py methods and calls three more
+    for read and publish speed; a nats-py release that changes them must fail here, loudly,
+    rather than in an executor."""
+    import inspect
+
+    from nats.aio.client import Client
+    from nats.protocol import command
+
+    params = list(inspect.signature(Client._process_msg).parameters)
+    assert params == ["self", "sid", "subject", "reply", "data", "headers"]
+    assert list(inspect.signature(Client._process_headers).parameters) == ["self", "headers"]
+    for name in ("_send_command", "_flush_pending"):
+        assert inspect.iscoroutinefunction(getattr(Client, name)), name
+    assert list(inspect.signature(command.hpub_cmd).parameters)[:4] == [
+        "subject", "reply", "hdr", "payload"
+    ]
+    client = Client()
+    assert hasattr(client, "_max_payload") and hasattr(client, "_flush_queue")

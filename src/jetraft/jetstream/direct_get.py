@@ -145,6 +145,14 @@ def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: 
 def _direct_headers(
     stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()
 ) -> bytes:
+    if not msg.headers:
+        # The common case, written in one piece: same block as encode_headers would build.
+        tail = "".join(f"{k}: {v}\r\n" for k, v in extra)
+        return (
+            f"NATS/1.0\r\nNats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
+            f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n"
+            f"{tail}\r\n"
+        ).encode()
     items: list[tuple[str, str]] = []
     description = ""
     status: int | None = None

@@ -7,6 +7,7 @@ replacing ``Z`` and splitting on ``+``, so we always emit UTC with ``Z``.
 
 from __future__ import annotations
 
+import functools
 import re
 from datetime import UTC, datetime
 from typing import Any
@@ -28,10 +29,17 @@ def format_time(ns: int) -> str:
     if ns <= 0:
         return ZERO_TIME
     secs, frac = divmod(ns, NS_PER_S)
-    text = datetime.fromtimestamp(secs, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    text = _second_text(secs)
     if frac:
         text += "." + f"{frac:09d}".rstrip("0")
     return text + "Z"
+
+
+@functools.lru_cache(maxsize=1024)
+def _second_text(secs: int) -> str:
+    # strftime is the dear part of formatting a time, and the messages of a batch (direct
+    # get, consumer info, stream listings) mostly share their seconds.
+    return datetime.fromtimestamp(secs, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def parse_time(text: str) -> int:
