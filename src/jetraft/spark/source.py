@@ -14,7 +14,7 @@ from pyspark.sql.types import StructType
 from jetraft.spark.options import parse_read_options, parse_write_options
 from jetraft.spark.reader import JetStreamBatchReader, stream_reader
 from jetraft.spark.rows import source_schema
-from jetraft.spark.writer import JetStreamBatchWriter, JetStreamStreamWriter
+from jetraft.spark.writer import JetStreamBatchWriter, stream_writer
 
 
 class JetStreamDataSource(DataSource):  # type: ignore[misc, unused-ignore]
@@ -44,4 +44,4 @@ class JetStreamDataSource(DataSource):  # type: ignore[misc, unused-ignore]
         return JetStreamBatchWriter(parse_write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return JetStreamStreamWriter(parse_write_options(self.options), schema)
+        return stream_writer(parse_write_options(self.options), schema)
