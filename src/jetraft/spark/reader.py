@@ -294,6 +294,12 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         return planning.Admission(max_rows, min_rows, self.admission.max_delay_s)
 
     def _latest_offset_without_limits(self) -> dict[str, int]:
+        if self.opts.min_messages_per_trigger is not None:
+            # Only a Spark without admission control calls this form: never ignore silently.
+            raise OptionError(
+                "option minMessagesPerTrigger needs Spark's streaming read limits "
+                f"(PySpark 4.2 or newer); this is PySpark {pyspark.__version__}"
+            )
         if self._cursor is None:
             # PySpark 4.0 asks a fresh query for the latest offset before the initial one,
             # and a restarted query plans its last logged batch first (partitions() sets the
