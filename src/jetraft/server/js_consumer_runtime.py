@@ -427,6 +427,9 @@ class ConsumerRuntime:
             if waiting == 0 and not req.expires_ns:
                 self._send_status(status(reply, 404, "No Messages"))
                 return
+            if waiting:
+                # Expired requests and those whose requester left do not count as pending.
+                self._after_run(now, eos=False)
             if 0 < waiting < self.waitq.pending_batch():
                 self._send_status(status(reply, 408, "Requests Pending"))
                 return

@@ -525,3 +525,36 @@ async def test_garbage_pull_requests_are_answered_and_harmless(
     await m.ack_sync()
     assert (await js.consumer_info("S", "D")).ack_floor.stream_seq == 1
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_no_wait_counts_only_requests_whose_requester_is_still_there(
+    nc: nats.NATS,
+) -> None:
+    """A no_wait request is refused with 408 Requests Pending when queued requests already
+    ask for more than is waiting; a queued request whose requester left does not count."""
+    js = nc.jetstream()
+    await js.add_stream(name="NW", subjects=["nw.>"])
+    for _ in range(10):
+        await js.publish("nw.a", b"x")
+    cfg = {"durable_name": "C", "ack_policy": "explicit", "max_ack_pending": 3}
+    await nc.request(
+        "$JS.API.CONSUMER.DURABLE.CREATE.NW.C",
+        json.dumps({"stream_name": "NW", "config": cfg}).encode(),
+        timeout=2,
+    )
+    first = await Inbox(nc).start()
+    await pull(nc, "NW", "C", b'{"batch":3,"no_wait":true}', first)
+    assert [status_of(m) for m in await first.wait(3)] == [None, None, None]
+    # max_ack_pending is reached: this one waits in the queue for 10 of the 7 left.
+    blocked = await Inbox(nc).start()
+    await pull(nc, "NW", "C", b'{"batch":10,"no_wait":true}', blocked)
+    await nc.flush()
+    pending = await Inbox(nc).start()
+    await pull(nc, "NW", "C", b'{"batch":2,"no_wait":true,"expires":400000000}', pending)
+    assert [status_of(m) for m in await pending.wait(1)] == [("408", "Requests Pending")]
+    await blocked.sub.unsubscribe()
+    await nc.flush()
+    later = await Inbox(nc).start()
+    await pull(nc, "NW", "C", b'{"batch":2,"no_wait":true,"expires":400000000}', later)
+    assert [status_of(m) for m in await later.wait(1)] == [("408", "Request Timeout")]
+    assert blocked.msgs == []
