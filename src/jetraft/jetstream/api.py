@@ -134,10 +134,10 @@ class ApiTable:
         if route is None:
             log.debug("no JetStream API handler for %s", subject)
             return None
-        self.stats.total += 1
         if route.kind and hdr:
             level = header_value(hdr, REQUIRED_LEVEL_HEADER)
             if level is not None and _level_too_high(level):
+                self.stats.total += 1
                 self.stats.errors += 1
                 return error_response(route.kind, api_error(10185))
         try:
@@ -151,6 +151,9 @@ class ApiTable:
                 10051 if not route.kind.startswith("consumer") else 10012, err="internal error"
             )
             out = error_response(route.kind or "system_response", failure)
+        # Counted once answered: $JS.API.INFO reports the requests before itself, as
+        # nats-server's does.
+        self.stats.total += 1
         if isinstance(out, dict):
             status = out.get("__status__")
             if status is not None:

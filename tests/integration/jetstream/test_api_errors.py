@@ -487,3 +487,15 @@ async def test_fuzzed_requests_to_every_api_subject(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     # A normal request still works afterwards.
     assert "error" not in await api(nc, "STREAM.INFO.FA")
+
+
+async def test_account_info_counts_the_requests_before_it(nc: nats.NATS) -> None:
+    """$JS.API.INFO's api.total and api.errors count the answered requests before it."""
+    first = await api(nc, "INFO")
+    assert first["api"] == {"level": first["api"]["level"], "total": 0, "errors": 0}  # new server
+    second = await api(nc, "INFO")
+    assert second["api"]["total"] == first["api"]["total"] + 1
+    await api(nc, "STREAM.INFO.NOSUCH")
+    third = await api(nc, "INFO")
+    assert third["api"]["total"] == second["api"]["total"] + 2
+    assert third["api"]["errors"] == second["api"]["errors"] + 1
