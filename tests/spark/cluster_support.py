@@ -24,7 +24,7 @@ import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
 
-from tests.spark.support import _free_port, _nats_server_binary, run
+from tests.spark.support import _free_port, _nats_server_binary, end_process, file_tail, run
 
 T = TypeVar("T")
 CLUSTER_NAME = "jrspark"
@@ -112,15 +112,9 @@ class Node:
         """SIGTERM (after SIGCONT if paused), SIGKILL if it does not exit in time."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            if self.paused:
-                self.proc.send_signal(signal.SIGCONT)
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.paused and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        end_process(self.proc)
         self.proc, self.paused = None, False
 
     def monitor(self, path: str) -> dict[str, Any] | None:
@@ -135,10 +129,7 @@ class Node:
             return None
 
     def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-2000:]
-        except OSError:
-            return ""
+        return file_tail(self.log_path, 2000)
 
 
 def wait_until(what: str, cond: Callable[[], bool], timeout_s: float, step_s: float = 0.1) -> None:

@@ -92,21 +92,31 @@ class ServerProcess:
             await nc.close()
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if self.proc is not None:
+            end_process(self.proc)
         self.proc = None
 
     def log_tail(self) -> str:
+        return file_tail(self.log_path)
+
+
+def end_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM a process this suite started; SIGKILL if it does not exit in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
         try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def file_tail(path: Path, size: int = 3000) -> str:
+    """The end of a server log, for assertion messages ("" when there is none)."""
+    try:
+        return path.read_text(errors="replace")[-size:]
+    except OSError:
+        return ""
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -181,3 +191,21 @@ def stream_state(url: str, name: str) -> Any:
         return (await js.stream_info(name)).state
 
     return run(_with_js(url, _do))
+
+
+def fill(url: str, stream: str, start: int, n: int) -> list[int]:
+    """Publish ``e<start>``..``e<start+n-1>`` on ``<stream lower>.e``; returns the sequences."""
+    prefix = stream.lower()
+    return publish(url, [(f"{prefix}.e", f"e{i}".encode()) for i in range(start, start + n)])
+
+
+def wait_query(cond: Callable[[], bool], query: Any, timeout_s: float = 90) -> None:
+    """Poll ``cond`` while a streaming query runs; fail at once if the query failed."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if query.exception() is not None:
+            raise AssertionError(f"query failed: {query.exception()}")
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")

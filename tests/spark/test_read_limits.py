@@ -9,8 +9,6 @@ replaced; the query-level tests run the same options through Spark itself.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 
 from jetraft.spark import reader as reader_mod
 from jetraft.spark.options import parse_read_options
-from tests.spark.support import ServerProcess, create_stream, publish
+from tests.spark.support import ServerProcess, create_stream, fill, wait_query
 
 pytestmark = pytest.mark.spark
 
@@ -26,10 +24,6 @@ datasource = pytest.importorskip(
     "pyspark.sql.streaming.datasource", reason="read limits need PySpark 4.2+"
 )
 
-
-def _fill(server: ServerProcess, stream: str, start: int, n: int) -> list[int]:
-    prefix = stream.lower()
-    return publish(server.url, [(f"{prefix}.e", f"e{i}".encode()) for i in range(start, start + n)])
 
 
 class FakeClock:
@@ -53,7 +47,7 @@ def test_min_messages_wait_for_enough_or_the_delay(
     server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    _fill(server, stream_name, 0, 10)
+    fill(server.url, stream_name, 0, 10)
     rdr, clock = _reader(
         server, stream_name, monkeypatch, minMessagesPerTrigger="25", maxTriggerDelay="30s"
     )
@@ -64,15 +58,15 @@ def test_min_messages_wait_for_enough_or_the_delay(
     assert rdr.latestOffset(start, limit) == start  # 10 waiting: held back
     clock.now += 29
     assert rdr.latestOffset(start, limit) == start
-    _fill(server, stream_name, 10, 15)
+    fill(server.url, stream_name, 10, 15)
     assert rdr.latestOffset(start, limit) == {"seq": 26}  # 25 waiting: a batch
     # The delay counts from the last batch admitted.
-    _fill(server, stream_name, 25, 3)
+    fill(server.url, stream_name, 25, 3)
     assert rdr.latestOffset({"seq": 26}, limit) == {"seq": 26}
     clock.now += 30
     assert rdr.latestOffset({"seq": 26}, limit) == {"seq": 29}  # delay over: the 3 there are
     # Spark's ReadAllAvailable (used to honour a trigger) overrides the options.
-    _fill(server, stream_name, 28, 2)
+    fill(server.url, stream_name, 28, 2)
     assert rdr.latestOffset({"seq": 29}, datasource.ReadAllAvailable()) == {"seq": 31}
     assert rdr.reportLatestOffset() == {"seq": 31}
 
@@ -81,7 +75,7 @@ def test_max_messages_and_engine_limits_combine(
     server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    _fill(server, stream_name, 0, 50)
+    fill(server.url, stream_name, 0, 50)
     rdr, _ = _reader(server, stream_name, monkeypatch, maxMessagesPerTrigger="20")
     assert rdr.getDefaultReadLimit() == datasource.ReadMaxRows(20)
     assert rdr.latestOffset({"seq": 1}, datasource.ReadMaxRows(20)) == {"seq": 21}
@@ -96,13 +90,13 @@ def test_available_now_stops_at_what_was_there(
     server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    _fill(server, stream_name, 0, 30)
+    fill(server.url, stream_name, 0, 30)
     rdr, _ = _reader(
         server, stream_name, monkeypatch, maxMessagesPerTrigger="20", minMessagesPerTrigger="15"
     )
     assert isinstance(rdr, datasource.SupportsTriggerAvailableNow)
     rdr.prepareForTriggerAvailableNow()
-    _fill(server, stream_name, 30, 30)  # after the run started: for the next run
+    fill(server.url, stream_name, 30, 30)  # after the run started: for the next run
     limit = rdr.getDefaultReadLimit()
     assert rdr.latestOffset({"seq": 1}, limit) == {"seq": 21}
     # The minimum never holds back an AvailableNow run (it must end): the last 10 are read.
@@ -128,15 +122,6 @@ def _memory_query(
     )
 
 
-def _wait(cond: Callable[[], bool], query: Any, timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if query.exception() is not None:
-            raise AssertionError(f"query failed: {query.exception()}")
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def _rows(spark: Any, name: str) -> list[int]:
@@ -154,7 +139,7 @@ def test_query_holds_small_batches_until_the_minimum(
         minMessagesPerTrigger="40", maxTriggerDelay="1h",
     )  # fmt: skip
     try:
-        _fill(server, stream_name, 0, 30)
+        fill(server.url, stream_name, 0, 30)
 
         def saw_thirty_without_reading() -> bool:
             # A trigger ran, saw the 30 messages (reportLatestOffset) and admitted none.
@@ -164,10 +149,10 @@ def test_query_holds_small_batches_until_the_minimum(
                 for p in query.recentProgress
             )
 
-        _wait(saw_thirty_without_reading, query)
+        wait_query(saw_thirty_without_reading, query)
         assert _rows(spark, name) == []
-        seqs = _fill(server, stream_name, 30, 30)
-        _wait(lambda: len(_rows(spark, name)) == 60, query)
+        seqs = fill(server.url, stream_name, 30, 30)
+        wait_query(lambda: len(_rows(spark, name)) == 60, query)
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     finally:
         query.stop()
@@ -179,14 +164,14 @@ def test_query_reads_a_quiet_stream_after_the_delay(
     spark: Any, server: ServerProcess, stream_name: str, tmp_path: Path
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    seqs = _fill(server, stream_name, 0, 7)
+    seqs = fill(server.url, stream_name, 0, 7)
     name = f"delay_{stream_name.lower()}"
     query = _memory_query(
         spark, server, stream_name, name, tmp_path / "ckpt",
         minMessagesPerTrigger="1000", maxTriggerDelay="1s",
     )  # fmt: skip
     try:
-        _wait(lambda: len(_rows(spark, name)) == 7, query)
+        wait_query(lambda: len(_rows(spark, name)) == 7, query)
     finally:
         query.stop()
     assert _rows(spark, name) == seqs

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 import trustme
 
-from tests.spark.support import _free_port, _nats_server_binary, run
+from tests.spark.support import _free_port, _nats_server_binary, end_process, file_tail, run
 
 F = pytest.importorskip("pyspark.sql.functions")
 
@@ -86,21 +86,12 @@ class ConfServer:
         raise AssertionError(f"{self.name} not ready on {self.url}: {self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        if self.proc is not None:
+            end_process(self.proc)
         self.proc = None
 
     def log_tail(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
+        return file_tail(self.log_path)
 
 
 def _accepts(port: int) -> bool:

@@ -3,7 +3,6 @@ stream-to-stream pipeline with replayed micro-batches."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +11,10 @@ import pytest
 from tests.spark.support import (
     ServerProcess,
     create_stream,
-    publish,
+    fill,
     run,
     stream_messages,
+    wait_query,
 )
 
 pytestmark = pytest.mark.spark
@@ -47,22 +47,18 @@ def _sequences(spark: Any, out: Path) -> list[int]:
     return sorted(r["sequence"] for r in df.collect())
 
 
-def _fill(server: ServerProcess, stream: str, start: int, n: int) -> list[int]:
-    prefix = stream.lower()
-    return publish(server.url, [(f"{prefix}.e", f"e{i}".encode()) for i in range(start, start + n)])
-
 
 def test_available_now_restart_every_message_once(
     spark: Any, server: ServerProcess, stream_name: str, tmp_path: Path
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    first = _fill(server, stream_name, 0, 300)
+    first = fill(server.url, stream_name, 0, 300)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     _to_parquet(_source(spark, server, stream_name), out, ckpt, availableNow=True).awaitTermination(
         120
     )
     assert _sequences(spark, out) == first
-    second = _fill(server, stream_name, 300, 200)
+    second = fill(server.url, stream_name, 300, 200)
     # Restart from the checkpoint: only the new messages are read.
     _to_parquet(_source(spark, server, stream_name), out, ckpt, availableNow=True).awaitTermination(
         120
@@ -79,44 +75,35 @@ def test_max_messages_per_trigger(
     spark: Any, server: ServerProcess, stream_name: str, tmp_path: Path
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    seqs = _fill(server, stream_name, 0, 250)
+    seqs = fill(server.url, stream_name, 0, 250)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     df = _source(spark, server, stream_name, maxMessagesPerTrigger="100")
     query = _to_parquet(df, out, ckpt, processingTime="100 milliseconds")
     try:
-        _wait(lambda: _sequences(spark, out) == seqs, query, 90)
+        wait_query(lambda: _sequences(spark, out) == seqs, query, 90)
         sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
     finally:
         query.stop()
     assert sizes == [100, 100, 50]
 
 
-def _wait(cond: Any, query: Any, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if query.exception() is not None:
-            raise AssertionError(f"query failed: {query.exception()}")
-        if cond():
-            return
-        time.sleep(0.2)
-    raise AssertionError("condition not met in time")
 
 
 def test_server_restart_during_query(
     spark: Any, server: ServerProcess, stream_name: str, tmp_path: Path
 ) -> None:
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
-    before = _fill(server, stream_name, 0, 200)
+    before = fill(server.url, stream_name, 0, 200)
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
     query = _to_parquet(
         _source(spark, server, stream_name), out, ckpt, processingTime="200 milliseconds"
     )
     try:
-        _wait(lambda: _sequences(spark, out) == before, query, 90)
+        wait_query(lambda: _sequences(spark, out) == before, query, 90)
         server.stop()
         server.start()
-        after = _fill(server, stream_name, 200, 200)
-        _wait(lambda: _sequences(spark, out) == before + after, query, 120)
+        after = fill(server.url, stream_name, 200, 200)
+        wait_query(lambda: _sequences(spark, out) == before + after, query, 120)
         assert query.isActive
     finally:
         query.stop()
@@ -129,7 +116,7 @@ def test_stream_to_stream_replay_is_exactly_once(
     src, dst = stream_name, stream_name + "OUT"
     create_stream(server.url, src, [f"{src.lower()}.>"], allow_direct=True)
     create_stream(server.url, dst, [f"{dst.lower()}.>"], allow_direct=True)
-    seqs = _fill(server, src, 0, 300)
+    seqs = fill(server.url, src, 0, 300)
     ckpt = tmp_path / "ckpt"
 
     def run_once() -> tuple[int, str]:
