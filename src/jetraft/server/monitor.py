@@ -8,17 +8,63 @@ import contextlib
 import logging
 import os
 import resource
+import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
+from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
+from jetraft.server.core.accounts import AccountStats
+from jetraft.server.core.auth import Authenticator
+from jetraft.server.core.client_conn import ClientConnection, ServerStats
 
-if TYPE_CHECKING:
-    from jetraft.server.client_conn import ClientConnection
-    from jetraft.server.server import Server
+
+class JszSource(Protocol):
+    def jsz(self, q: Mapping[str, str]) -> dict[str, Any]: ...
+
+
+class MonitoredServer(Protocol):
+    """What the monitoring endpoints read (``server.Server`` provides it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+    @property
+    def clients(self) -> Mapping[int, ClientConnection]: ...
+
+    @property
+    def client_port(self) -> int: ...
+
+    @property
+    def start_time(self) -> float: ...
+
+    @property
+    def tls_context(self) -> ssl.SSLContext | None: ...
+
+    @property
+    def jetstream(self) -> JszSource | None: ...
+
+    def totals(self) -> AccountStats: ...
+
+    def info_version(self) -> str: ...
+
+    def package_version(self) -> str: ...
 
 log = logging.getLogger("jetraft.monitor")
 
@@ -70,7 +116,7 @@ class _CpuMeter:
 
 
 class MonitorServer:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: MonitoredServer) -> None:
         self.server = server
         self._srv: asyncio.AbstractServer | None = None
         self._cpu = _CpuMeter()

@@ -8,16 +8,16 @@ import random
 import secrets
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
-from jetraft.protocol.headers import encode_headers
-from jetraft.server.auth import Account, AccountStats, Authenticator
-from jetraft.server.client_conn import ClientConnection, Subscription
-from jetraft.server.tls import make_server_context
+from jetraft.server.core.accounts import AccountStats
+from jetraft.server.core.auth import Authenticator
+from jetraft.server.core.client_conn import ClientConnection, ServerStats
+from jetraft.server.core.router import Router, totals
+from jetraft.server.core.tls import make_server_context
 
 log = logging.getLogger("jetraft.server")
 
@@ -32,13 +32,6 @@ def new_server_id() -> str:
     return "N" + "".join(secrets.choice(_ID_ALPHABET) for _ in range(55))
 
 
-@dataclass(slots=True)
-class ServerStats:
-    slow_consumers: int = 0
-    total_connections: int = 0
-    auth_failures: int = 0
-
-
 class Server:
     def __init__(self, config: ServerConfig) -> None:
         self.config = config
@@ -49,7 +42,7 @@ class Server:
         self.clients: dict[int, ClientConnection] = {}
         self.start_time = time.time()
         self._next_cid = 1
-        self._rng = random.Random()
+        self.router = Router(random.Random())
         self._servers: list[asyncio.AbstractServer] = []
         self._ping_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
@@ -77,7 +70,7 @@ class Server:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
         if cfg.jetstream is not None:
-            from jetraft.server.jetstream import JetStreamManager
+            from jetraft.server.js.manager import JetStreamManager
 
             self.jetstream = JetStreamManager(self)
             await self.jetstream.start()
@@ -270,87 +263,8 @@ class Server:
         if self.monitor is not None:
             self.monitor.remember_closed(conn)
 
-    # --- interest and routing --------------------------------------------------------------
-
-    def add_subscription(self, account: Account, sub: Subscription) -> None:
-        account.sublist.insert(sub.subject, sub.queue, sub)
-
-    def remove_subscription(self, account: Account, sub: Subscription) -> None:
-        account.sublist.remove(sub.subject, sub.queue, sub)
-
-    def route_message(
-        self,
-        sender: ClientConnection | None,
-        account: Account,
-        subject: str,
-        reply: str | None,
-        hdr: bytes | None,
-        data: bytes,
-        route_by: str | None = None,
-    ) -> int:
-        """Deliver a published message to every interested subscription of the account.
-
-        ``route_by`` picks the subscribers by another subject than the one they are shown
-        (JetStream push delivery: routed by deliver subject, shown with the stored subject).
-        Returns how many subscriptions received it. Server-wide totals are sums over accounts
-        (see ``totals``), so this hot path only counts per account.
-        """
-        size = len(data) if hdr is None else len(data) + len(hdr)
-        acc_stats = account.stats
-        acc_stats.in_msgs += 1
-        acc_stats.in_bytes += size
-        match = account.sublist.match(subject if route_by is None else route_by)
-        delivered = 0
-        skip = sender if sender is not None and not sender.echo else None
-        for sub in match.plain:
-            if sub.conn is not skip and sub.conn.deliver(sub, subject, reply, hdr, data):
-                delivered += 1
-        if match.queues:
-            for members in match.queues:
-                if self._deliver_queue(members, skip, subject, reply, hdr, data):
-                    delivered += 1
-        if delivered:
-            acc_stats.out_msgs += delivered
-            acc_stats.out_bytes += size * delivered
-        elif reply and sender is not None and sender.no_responders:
-            self._no_responders(sender, subject, reply)
-        return delivered
-
     def totals(self) -> AccountStats:
-        total = AccountStats()
-        for acc in self.auth.accounts.values():
-            total.in_msgs += acc.stats.in_msgs
-            total.in_bytes += acc.stats.in_bytes
-            total.out_msgs += acc.stats.out_msgs
-            total.out_bytes += acc.stats.out_bytes
-        return total
-
-    def _deliver_queue(
-        self,
-        members: tuple[Subscription, ...],
-        skip: ClientConnection | None,
-        subject: str,
-        reply: str | None,
-        hdr: bytes | None,
-        data: bytes,
-    ) -> bool:
-        # Start at a random member and walk on past anyone who cannot take it.
-        n = len(members)
-        start = self._rng.randrange(n) if n > 1 else 0
-        for i in range(n):
-            sub = members[(start + i) % n]
-            if skip is not None and sub.conn is skip:
-                continue
-            if not sub.conn.closed and sub.conn.deliver(sub, subject, reply, hdr, data):
-                return True
-        return False
-
-    def _no_responders(self, sender: ClientConnection, subject: str, reply: str) -> None:
-        for sub in sender.account.sublist.match(reply).plain:
-            if sub.conn is sender:
-                hdr = encode_headers({"Nats-Subject": subject}, status=503)
-                sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
-                return
+        return totals(list(self.auth.accounts.values()))
 
     # --- keep-alive ------------------------------------------------------------------------
 

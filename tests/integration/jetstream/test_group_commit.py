@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from jetraft.jetstream.store.types import StreamStore
-from jetraft.server import js_streams
+from jetraft.server.js import streams as js_streams
 from tests.integration.jetstream.js_helpers import VS_NATS
 
 pytestmark = pytest.mark.skipif(VS_NATS, reason="instruments jetraft's sync path")

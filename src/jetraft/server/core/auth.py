@@ -8,35 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import bcrypt
 
 from jetraft.config import ServerConfig
 from jetraft.protocol.subjects import filters_overlap, is_subset, subject_matches
-from jetraft.server.sublist import SubList
-
-if TYPE_CHECKING:
-    from jetraft.server.client_conn import Subscription
-
-GLOBAL_ACCOUNT = "$G"
-
-
-@dataclass(slots=True)
-class AccountStats:
-    in_msgs: int = 0
-    in_bytes: int = 0
-    out_msgs: int = 0
-    out_bytes: int = 0
-
-
-@dataclass(eq=False, slots=True)
-class Account:
-    name: str
-    sublist: SubList[Subscription] = field(default_factory=SubList)
-    stats: AccountStats = field(default_factory=AccountStats)
-    num_connections: int = 0
+from jetraft.server.core.accounts import GLOBAL_ACCOUNT, Account
 
 
 @dataclass(frozen=True, slots=True)

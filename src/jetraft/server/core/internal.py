@@ -6,13 +6,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from jetraft.server.auth import Account
-from jetraft.server.client_conn import Subscription
-
-if TYPE_CHECKING:
-    from jetraft.server.server import Server
+from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.router import Router
 
 log = logging.getLogger("jetraft.internal")
 
@@ -24,12 +20,13 @@ class InternalClient:
     """Duck-types the parts of ClientConnection that routing uses (deliver, closed, echo)."""
 
     closed = False
+    is_route = False
     echo = True
     headers = True
     no_responders = False
 
-    def __init__(self, server: Server, account: Account, name: str) -> None:
-        self.server = server
+    def __init__(self, router: Router, account: Account, name: str) -> None:
+        self.router = router
         self.account = account
         self.name = name
         self.subs: dict[str, Subscription] = {}
@@ -39,16 +36,16 @@ class InternalClient:
     def subscribe(self, subject: str, handler: Handler, queue: str | None = None) -> Subscription:
         sid = str(self._next_sid)
         self._next_sid += 1
-        sub = Subscription(self, subject, queue, sid)  # type: ignore[arg-type]
+        sub = Subscription(self, subject, queue, sid)
         self.subs[sid] = sub
         self._handlers[sid] = handler
-        self.server.add_subscription(self.account, sub)
+        self.router.add_subscription(self.account, sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
             self._handlers.pop(sub.sid, None)
-            self.server.remove_subscription(self.account, sub)
+            self.router.remove_subscription(self.account, sub)
 
     def close(self) -> None:
         for sub in list(self.subs.values()):
@@ -58,7 +55,7 @@ class InternalClient:
     def publish(
         self, subject: str, data: bytes = b"", reply: str | None = None, hdr: bytes | None = None
     ) -> int:
-        return self.server.route_message(None, self.account, subject, reply, hdr, data)
+        return self.router.route_message(None, self.account, subject, reply, hdr, data)
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes

@@ -19,7 +19,7 @@ import random
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream import errors as E
@@ -38,9 +38,12 @@ from jetraft.jetstream.store.types import StoreError
 from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.internal import InternalClient
-from jetraft.server.js_consumers import StreamConsumers
-from jetraft.server.js_store_glue import (
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.consumers import StreamConsumers
+from jetraft.server.js.host import JsHost
+from jetraft.server.js.store_glue import (
     MetaError,
     StreamMeta,
     account_dir,
@@ -49,11 +52,7 @@ from jetraft.server.js_store_glue import (
     remove_stream_dir,
     write_meta,
 )
-from jetraft.server.js_streams import StreamRuntime
-
-if TYPE_CHECKING:
-    from jetraft.server.auth import Account
-    from jetraft.server.server import Server
+from jetraft.server.js.streams import StreamRuntime
 
 log = logging.getLogger("jetraft.js")
 
@@ -83,11 +82,12 @@ class JsAccount:
 
     def __init__(self, manager: JetStreamManager, account: Account) -> None:
         self.manager = manager
-        self.server: Server = manager.server
+        self.server: JsHost = manager.server
+        self.router: Router = manager.server.router
         self.account: Account = account
         self.rng: random.Random = random.Random()
         self.table: ApiTable = build_table()
-        self.api_client = InternalClient(self.server, account, "jetstream api")
+        self.api_client = InternalClient(self.server.router, account, "jetstream api")
         self._streams: dict[str, Stream] = {}
         self.runtimes: dict[str, StreamRuntime] = {}
         self.offline: dict[str, str] = {}  # stream name -> why it could not be loaded
@@ -329,9 +329,9 @@ class JsAccount:
 class DisabledAccount:
     """An account without JetStream: API requests get 10039, as from nats-server."""
 
-    def __init__(self, server: Server, account: Account) -> None:
+    def __init__(self, server: JsHost, account: Account) -> None:
         self.table = build_table()
-        self.client = InternalClient(server, account, "jetstream disabled")
+        self.client = InternalClient(server.router, account, "jetstream disabled")
         self.client.subscribe("$JS.API.>", self._on_api)
 
     def _on_api(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
@@ -351,7 +351,7 @@ class DisabledAccount:
 class JetStreamManager:
     """Starts JetStream for the enabled accounts and answers /jsz."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: JsHost) -> None:
         assert server.config.jetstream is not None
         self.server = server
         self.config = server.config.jetstream

@@ -8,7 +8,7 @@ to pull requests or to its push deliver subject, runs its timers, and writes its
 Every change of replicated consumer state goes through ``ConsumerRuntime.propose``, which
 today applies the entry locally; the RAFT issue replaces that with replication.
 
-How the stream glue wires this in: ``StreamConsumers(ConsumerEnv(server, account, rng), port)``
+How the stream glue wires this in: ``StreamConsumers(ConsumerEnv(router, account, rng), port)``
 with ``port`` a ``StreamPort`` (``js_streams.StreamRuntime``); the consumer set registers
 itself as an observer of ``port.stream`` and ``consumers`` is meant to be the stream's
 retention registry (``stream.consumers = cs.consumers``). ``restore()`` once the stream is
@@ -28,13 +28,13 @@ import logging
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from jetraft.jetstream import consumer_state
 from jetraft.jetstream.consumer import ConsumerCore, Dropped, MsgSource
 from jetraft.jetstream.consumer_config import StreamFacts
-from jetraft.server.internal import InternalClient
-from jetraft.server.js_consumer_runtime import STATE_FILE, ConsumerEnv, ConsumerRuntime
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.js.consumer_runtime import STATE_FILE, ConsumerEnv, ConsumerRuntime
 
 if TYPE_CHECKING:
     from jetraft.jetstream.store.types import StreamStore
@@ -102,8 +102,8 @@ class StreamConsumers:
     def consumer_ack(self, seq: int) -> None:
         self.stream.on_consumer_ack(seq)
 
-    def new_client(self, name: str) -> Any:
-        return InternalClient(self.env.server, self.env.account, name)
+    def new_client(self, name: str) -> InternalClient:
+        return InternalClient(self.env.router, self.env.account, name)
 
     def state_path(self, name: str) -> Path | None:
         base = self.stream.consumer_dir()

@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.consumer_config import StreamFacts
@@ -41,12 +42,11 @@ from jetraft.jetstream.stream import (
     StoreMsg,
     Stream,
 )
-from jetraft.server.internal import InternalClient
-from jetraft.server.js_consumers import ConsumerEnv, StreamConsumers
-from jetraft.server.js_store_glue import CONSUMERS_DIR, prepare_sync
-
-if TYPE_CHECKING:
-    from jetraft.server.jetstream import JsAccount
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.consumers import ConsumerEnv, StreamConsumers
+from jetraft.server.js.store_glue import CONSUMERS_DIR, prepare_sync
 
 log = logging.getLogger("jetraft.js.streams")
 
@@ -59,19 +59,34 @@ def now_ns() -> int:
     return time.time_ns()
 
 
+class StreamHost(Protocol):
+    """The account a stream runs in (``manager.JsAccount`` provides it)."""
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def account(self) -> Account: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def sync_interval_ns(self) -> int: ...
+
+
 class StreamRuntime:
     """The asyncio side of one ``Stream``."""
 
-    def __init__(self, acct: JsAccount, stream: Stream, stream_dir: Path | None) -> None:
+    def __init__(self, acct: StreamHost, stream: Stream, stream_dir: Path | None) -> None:
         self.acct = acct
         self._stream = stream
         self.stream_dir = stream_dir
         self.loop = asyncio.get_running_loop()
-        server = acct.server
-        self.client = InternalClient(server, acct.account, f"stream {stream.name}")
+        self.client = InternalClient(acct.router, acct.account, f"stream {stream.name}")
         # Consumers observe the stream themselves; their set doubles as the stream's
         # retention registry, and their "no longer needed" comes back through our propose.
-        self.consumers = StreamConsumers(ConsumerEnv(server, acct.account, acct.rng), self)
+        self.consumers = StreamConsumers(ConsumerEnv(acct.router, acct.account, acct.rng), self)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
         stream.add_observer(self)
         self.closed = False

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from jetraft.jetstream import consumer_state
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
@@ -28,6 +28,7 @@ from jetraft.jetstream.consumer import (
     ConsumerCore,
     Delivered,
     Entry,
+    MsgSource,
     Nakked,
     Progress,
 )
@@ -43,11 +44,9 @@ from jetraft.jetstream.pull import (
     status,
 )
 from jetraft.protocol.headers import encode_headers
-
-if TYPE_CHECKING:
-    from jetraft.server.auth import Account
-    from jetraft.server.js_consumers import StreamConsumers
-    from jetraft.server.server import Server
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -73,9 +72,32 @@ def _ascii_digits(text: str) -> bool:
 
 @dataclass(slots=True)
 class ConsumerEnv:
-    server: Server
+    router: Router
     account: Account
     rng: random.Random
+
+
+class ConsumerOwner(Protocol):
+    """The consumer set of one stream (``consumers.StreamConsumers`` provides it)."""
+
+    @property
+    def env(self) -> ConsumerEnv: ...
+
+    @property
+    def retention(self) -> str: ...
+
+    @property
+    def persistent(self) -> bool: ...
+
+    def source(self) -> MsgSource: ...
+
+    def consumer_ack(self, seq: int) -> None: ...
+
+    def new_client(self, name: str) -> InternalClient: ...
+
+    def state_path(self, name: str) -> Path | None: ...
+
+    def delete(self, name: str) -> bool: ...
 
 
 # --- routing helpers -----------------------------------------------------------------------
@@ -91,7 +113,7 @@ def deliver_as(
 ) -> int:
     """Route by ``dsubj`` but show the client the message's own ``subject`` (nats-server's
     delivery of stream messages). Returns how many subscriptions got it."""
-    return env.server.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
+    return env.router.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
 
 
 def headers_only(hdr: bytes | None, data: bytes) -> bytes:
@@ -127,7 +149,7 @@ def write_atomic(path: Path, blob: bytes) -> None:
 class ConsumerRuntime:
     """One consumer on this server (today always its leader)."""
 
-    def __init__(self, owner: StreamConsumers, core: ConsumerCore) -> None:
+    def __init__(self, owner: ConsumerOwner, core: ConsumerCore) -> None:
         self.owner = owner
         self.env = owner.env
         self.core = core

@@ -1,0 +1,26 @@
+"""What JetStream needs from the server it runs in (``server.Server`` provides it)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from jetraft.config import ServerConfig
+from jetraft.server.core.auth import Authenticator
+from jetraft.server.core.router import Router
+
+
+class JsHost(Protocol):
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def router(self) -> Router: ...
