@@ -265,8 +265,11 @@ class RouteMesh:
             fields["ldm"] = True
         return fields
 
-    def connect_fields(self) -> dict[str, Any]:
-        user, password = self.cfg.user, self.cfg.password
+    def connect_fields(self, route: RouteConnection) -> dict[str, Any]:
+        # The dialed URL's credentials, else those of our own cluster authorization.
+        user, password = url_credentials(route.url)
+        if not user:
+            user, password = self.cfg.user, self.cfg.password
         return {
             "user": user,
             "pass": password,
@@ -334,7 +337,7 @@ class RouteMesh:
             route.close("Route To Self")
             return
         if route.solicited:
-            route.send(rp.encode_connect(self.connect_fields()))
+            route.send(rp.encode_connect(self.connect_fields(route)))
             route.send(rp.encode_info(self.info_fields()))
         why = self._refusal(route, info)
         if why:

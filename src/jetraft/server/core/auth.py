@@ -89,6 +89,14 @@ class Authenticator:
         self.no_auth_user = cfg.no_auth_user or ""
         if self.no_auth_user and self.no_auth_user not in self.users:
             raise ValueError(f"no_auth_user {self.no_auth_user!r} is not a configured user")
+        # nats-server's reading of the seeds' config: when the only users are the system
+        # account's (no other account, no authorization block, no no_auth_user), a client
+        # without credentials lands in the global account; credentials are still checked.
+        self.anonymous_global = (
+            set(self.accounts) == {GLOBAL_ACCOUNT, self.system_account_name}
+            and auth is None
+            and not self.no_auth_user
+        )
 
     @property
     def required(self) -> bool:
@@ -119,6 +127,8 @@ class Authenticator:
             return user if self._check(user.password, password) else None
         if self.no_auth_user and not token:
             return self.users[self.no_auth_user]
+        if self.anonymous_global and token is None and not name:
+            return self.global_account()
         return None
 
     def _check(self, secret: str, given: str) -> bool:
