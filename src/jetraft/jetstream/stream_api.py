@@ -239,9 +239,15 @@ def _check_overlap(ctx: StreamApiContext, cfg: StreamConfig) -> None:
                 raise E.subjects_overlap()
 
 
-def _checked_config(
-    ctx: StreamApiContext, subject: str, data: bytes, creating: bool
+class _StrictSetting(Protocol):
+    @property
+    def strict(self) -> bool: ...
+
+
+def checked_config(
+    ctx: _StrictSetting, subject: str, data: bytes, creating: bool
 ) -> StreamConfig:
+    """The normalised config of a CREATE/UPDATE request; raises ApiError."""
     req = decode_request(data, ctx.strict)
     name = _token(subject, 4)
     if req.name != name:
@@ -258,7 +264,7 @@ def _checked_config(
 def handle_create(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_create_response"
     try:
-        cfg = _checked_config(ctx, subject, data, creating=True)
+        cfg = checked_config(ctx, subject, data, creating=True)
         if cfg.num_replicas > 1 and not ctx.clustered:
             raise E.replicas_not_supported()
         existing = ctx.streams.get(cfg.name)
@@ -277,7 +283,7 @@ def handle_create(ctx: StreamApiContext, subject: str, reply: str, data: bytes) 
 def handle_update(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_update_response"
     try:
-        cfg = _checked_config(ctx, subject, data, creating=False)
+        cfg = checked_config(ctx, subject, data, creating=False)
         stream = ctx.streams.get(cfg.name)
         if stream is None:
             raise E.stream_not_found()
@@ -340,16 +346,23 @@ def _raise_if_failed(result: Result) -> None:
 # --- names / list --------------------------------------------------------------------------
 
 
-def _matching_names(ctx: StreamApiContext, data: bytes, go_name: str) -> tuple[list[str], int]:
+def filtered_names(
+    data: bytes, configs: Mapping[str, StreamConfig], go_name: str
+) -> tuple[list[str], int]:
+    """Sorted names of the streams a NAMES/LIST request asks for, and its offset (clamped);
+    a ``subject`` filter keeps the streams whose subjects overlap it."""
     req = _decode(data, _NamesRequest, go_name)
-    names = sorted(ctx.streams)
+    names = sorted(configs)
     if req.subject:
         names = [
-            n
-            for n in names
-            if any(filters_overlap(req.subject, s) for s in ctx.streams[n].config.subjects)
+            n for n in names if any(filters_overlap(req.subject, s) for s in configs[n].subjects)
         ]
-    return names, max(req.offset, 0)
+    return names, min(max(req.offset, 0), len(names))
+
+
+def _matching_names(ctx: StreamApiContext, data: bytes, go_name: str) -> tuple[list[str], int]:
+    configs = {name: stream.config for name, stream in ctx.streams.items()}
+    return filtered_names(data, configs, go_name)
 
 
 def handle_names(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:

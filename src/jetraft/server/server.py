@@ -25,6 +25,7 @@ log = logging.getLogger("jetraft.server")
 # Clients gate features on the reported version (nats-py needs >= 2.9 for the named consumer
 # API), so we report the nats-server protocol level we implement, not our package version.
 NATS_COMPAT_VERSION = "2.11.0"
+INTERNAL_ACCOUNT = "$JSC"
 _ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 
@@ -58,6 +59,9 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self.jetstream: Any = None  # JetStreamManager when cfg.jetstream is set
         self.mesh: RouteMesh | None = None  # the routes, when cfg.cluster is set
+        # Traffic between servers (JetStream cluster requests) lives in an account of its
+        # own that no client can bind to.
+        self.internal_account = Account(INTERNAL_ACCOUNT)
         # Client URLs (host:port) of the servers we have routes to; the route layer owns it.
         self.route_client_urls: list[str] = []
 
@@ -265,6 +269,8 @@ class Server:
     # --- the cluster's view of this server (mesh.ClusterHost) ------------------------------
 
     def account_named(self, name: str) -> Account | None:
+        if name == INTERNAL_ACCOUNT:
+            return self.internal_account
         return self.auth.accounts.get(name)
 
     def own_client_urls(self) -> list[str]:

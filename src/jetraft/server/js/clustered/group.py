@@ -179,7 +179,9 @@ class RaftGroup:
             if ps is not None and status is not None:
                 ago = ps.last_heard_ticks_ago
                 if ago is not None:
-                    rep["active"] = int(ago * TICK_S * 1e9)
+                    # Ticks are the clock here: "heard within the last tick" is up to one
+                    # tick ago, never 0 (which clients read as "not seen").
+                    rep["active"] = int((ago + 1) * TICK_S * 1e9)
                 lag = max(status.commit - ps.match, 0)
                 if lag:
                     rep["lag"] = lag

@@ -65,7 +65,7 @@ class MetaGroup:
             self._member_task.cancel()
         await self.group.stop()
 
-    # --- the state machine (raft.node.StateMachine) --------------------------------------------
+    # --- the state machine (raft.node.StateMachine) ------------------------------------------
 
     def apply(self, entry: Entry) -> object:
         changes = self.state.apply(decode_entry(entry.data))
@@ -81,7 +81,7 @@ class MetaGroup:
         if changes:
             self.host.meta_changed(changes)
 
-    # --- leadership ----------------------------------------------------------------------------
+    # --- leadership --------------------------------------------------------------------------
 
     @property
     def leader(self) -> str:
@@ -122,7 +122,7 @@ class MetaGroup:
         except RaftError as exc:
             raise MetaUnavailable(str(exc)) from None
 
-    # --- servers -------------------------------------------------------------------------------
+    # --- servers -----------------------------------------------------------------------------
 
     def server_seen(self, name: str, online: bool) -> None:
         """A JetStream server connected (online) or went away."""

@@ -71,6 +71,9 @@ class ReplicaHost(GroupHost, Protocol):
     def stream_leader_changed(self, replica: StreamReplica) -> None: ...
 
 
+DirectHandler = Callable[["StreamReplica", str, str | None, bytes], None]
+
+
 class _Snapshot(msgspec.Struct, array_like=True):
     config: StreamConfig
     created_ns: int
@@ -86,6 +89,7 @@ class StreamReplica:
         self.account = account
         self.stream = Stream(sa.config, MemoryStore(), sa.created_ns, host.domain)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
+        self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         self.group = RaftGroup(
             host, sa.group, self, () if joining else sa.peers, on_role=self._on_role
         )
@@ -116,18 +120,35 @@ class StreamReplica:
         await self.group.start()
 
     async def stop(self) -> None:
-        self.closed = True
-        self._lose_leadership()
-        self.client.close()
+        self._close()
         await self.group.stop()
 
     async def destroy(self) -> None:
+        self._close()
+        await self.group.destroy()
+
+    def _close(self) -> None:
         self.closed = True
         self._lose_leadership()
         self.client.close()
-        await self.group.destroy()
+        self.direct.close()
 
-    # --- the state machine (raft.node.StateMachine) --------------------------------------------
+    def serve_direct(self, handler: DirectHandler | None) -> None:
+        """Every replica of a stream with allow_direct answers DIRECT.GET; a queue group
+        makes exactly one of them answer each request."""
+        for sub in list(self.direct.subs.values()):
+            self.direct.unsubscribe(sub)
+        if handler is None or not self.sa.config.allow_direct or self.closed:
+            return
+
+        def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            handler(self, subject, reply, data)
+
+        base = f"$JS.API.DIRECT.GET.{self.name}"
+        self.direct.subscribe(base, on_request, queue="_sys_")
+        self.direct.subscribe(base + ".>", on_request, queue="_sys_")
+
+    # --- the state machine (raft.node.StateMachine) ------------------------------------------
 
     def apply(self, entry: Entry) -> object:
         e = decode_entry(entry.data)
@@ -148,7 +169,7 @@ class StreamReplica:
         self.stream.store.restore(snap.chunks)
         self.stream.reload(snap.config)
 
-    # --- leadership ----------------------------------------------------------------------------
+    # --- leadership --------------------------------------------------------------------------
 
     def _on_role(self, ss: SoftState) -> None:
         if self.closed:
@@ -184,7 +205,7 @@ class StreamReplica:
                 self._subscribe()
             self.reconcile()
 
-    # --- proposing -------------------------------------------------------------------------------
+    # --- proposing ---------------------------------------------------------------------------
 
     def propose(self, entry: StreamEntry) -> asyncio.Future[Applied]:
         """Propose as leader; the future resolves once applied here (NotLeader otherwise)."""
@@ -248,7 +269,7 @@ class StreamReplica:
         except RaftError:
             return
 
-    # --- bringing the group in line with the assignment ------------------------------------------
+    # --- bringing the group in line with the assignment --------------------------------------
 
     def reconcile(self) -> None:
         if self._reconcile_task is None or self._reconcile_task.done():
