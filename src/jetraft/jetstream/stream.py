@@ -484,8 +484,9 @@ class Stream:
             return OpResult(False, 0, E.msg_delete_failed("message delete not permitted"))
         if e.seq <= 0 or e.seq > self.last_seq:
             return OpResult(False, 0, E.msg_delete_failed("stream store EOF"))
-        # no_erase asks nats-server to skip overwriting the bytes on disk; removal is the same.
-        if not self.store.remove(e.seq):
+        # Secure erase (the default) also overwrites the message's bytes on disk.
+        removed = self.store.remove(e.seq) if e.no_erase else self.store.erase(e.seq)
+        if not removed:
             if e.seq < self.store.bounds()[0]:
                 return OpResult(False, 0, E.msg_delete_failed("no message found"))
             return OpResult(False, 0, E.api_error(10043, seq=e.seq))

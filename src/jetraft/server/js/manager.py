@@ -13,6 +13,7 @@ work through; it implements both their Protocols.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
@@ -42,13 +43,16 @@ from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.jetstream import ClusteredJetStream
+from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
 from jetraft.server.js.store_glue import (
+    TRASH_PREFIX,
     MetaError,
     StreamMeta,
     account_dir,
+    clear_trash,
     open_store,
     read_meta,
     remove_stream_dir,
@@ -59,6 +63,18 @@ from jetraft.server.js.streams import StreamRuntime
 log = logging.getLogger("jetraft.js")
 
 GLOBAL_ACCOUNT = "$G"
+
+# The error a request kind answers with when its change could not be made durable
+# (nats-server's: purge and consumer delete report a general stream error).
+_FAILURE_CODES = {
+    "stream_create_response": 10049,
+    "stream_update_response": 10069,
+    "stream_delete_response": 10050,
+    "stream_purge_response": 10051,
+    "stream_msg_delete_response": 10057,
+    "consumer_create_response": 10012,
+    "consumer_delete_response": 10051,
+}
 
 
 def system_account_name(config: ServerConfig) -> str:
@@ -93,6 +109,7 @@ class JsAccount:
         self._streams: dict[str, Stream] = {}
         self.runtimes: dict[str, StreamRuntime] = {}
         self.offline: dict[str, str] = {}  # stream name -> why it could not be loaded
+        self._deleting: set[str] = set()  # streams whose files are being removed
         js = manager.config
         self.sync_interval_ns = js.sync_interval_ns
         self._domain = js.domain
@@ -108,19 +125,23 @@ class JsAccount:
             self.api_client.subscribe(f"$JS.{self._domain}.API.>", self._on_api)
         self._load_streams()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         self.api_client.close()
-        for rt in list(self.runtimes.values()):
-            rt.close()
+        runtimes = list(self.runtimes.values())
         self.runtimes.clear()
         self._streams.clear()
+        for rt in runtimes:
+            await rt.close()
 
     def _load_streams(self) -> None:
         base = self.base_dir
         if base is None or not base.is_dir():
             return
+        clear_trash(base)
         for stream_dir in sorted(p for p in base.iterdir() if p.is_dir()):
             name = stream_dir.name
+            if name.startswith(TRASH_PREFIX):
+                continue
             try:
                 meta = read_meta(stream_dir)
                 store = open_store(meta.config, stream_dir)
@@ -147,10 +168,30 @@ class JsAccount:
         api_subject = normalise_subject(subject, self._domain)
         if api_subject is None:
             return
-        out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
+        # The answer leaves once every change the request made is durable (see ``commit``).
+        with collect() as barrier:
+            out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
         if out is None or not reply:
             return
-        self._send(reply, out)
+        if barrier.empty:
+            self._send(reply, out)
+            return
+
+        def answer(exc: BaseException | None) -> None:
+            self._send(reply, out if exc is None else self._not_durable(api_subject, out, exc))
+
+        barrier.wait(answer)
+
+    def _not_durable(self, subject: str, out: Any, exc: BaseException) -> Any:
+        """The answer for a request whose change could not be made durable: nats-server's
+        error of that request kind, with the reason."""
+        route = self.table.lookup(subject)
+        kind = route.kind if route is not None else ""
+        if not kind or not isinstance(out, dict):
+            return out
+        log.error("JetStream %s: change not durable: %s", subject, exc)
+        self.table.stats.errors += 1
+        return error_response(kind, E.api_error(_FAILURE_CODES.get(kind, 10051), err=str(exc)))
 
     def _send(self, reply: str, out: Any) -> None:
         publish = self.api_client.publish
@@ -207,6 +248,8 @@ class JsAccount:
     def create_stream(self, cfg: StreamConfig) -> Stream:
         if cfg.name in self.offline:
             raise E.api_error(10194, err=self.offline[cfg.name])
+        if cfg.name in self._deleting:
+            raise E.api_error(10049, err="stream is being deleted")
         self._check_account_limits(cfg, creating=True)
         stream_dir = self._stream_dir(cfg.name, cfg)
         created = self.now_ns()
@@ -244,14 +287,21 @@ class JsAccount:
         rt.config_changed()
 
     def delete_stream(self, stream: Stream) -> None:
-        rt = self.runtimes.pop(stream.name)
-        self._streams.pop(stream.name, None)
-        rt.delete()
-        if rt.stream_dir is not None:
-            try:
-                remove_stream_dir(rt.stream_dir)
-            except OSError as exc:
-                log.error("removing %s: %s", rt.stream_dir, exc)
+        """Stop the stream now; the answer waits until its files' removal is durable. A
+        failed removal is reported to the requester, and the name stays reserved (offline)
+        so that nothing is created over the remains."""
+        name = stream.name
+        rt = self.runtimes.pop(name)
+        self._streams.pop(name, None)
+        self._deleting.add(name)
+
+        def removed(fut: asyncio.Future[None]) -> None:
+            self._deleting.discard(name)
+            exc = None if fut.cancelled() else fut.exception()
+            if exc is not None:
+                self.offline[name] = f"delete failed: {exc}"
+
+        rt.delete().add_done_callback(removed)
 
     def propose(self, stream: Stream, entry: Entry) -> Result:
         return self.runtimes[stream.name].propose(entry)
@@ -364,7 +414,7 @@ class JetStreamManager:
         if self.clustered is not None:
             await self.clustered.stop()
         for acct in self.accounts.values():
-            acct.stop()
+            await acct.stop()
         self.accounts.clear()
         for disabled in self.disabled:
             disabled.close()
