@@ -423,7 +423,7 @@ class JetStreamManager:
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
         """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
         if self.clustered is not None:
-            return self._clustered_jsz(self.clustered)
+            return self._clustered_jsz(self.clustered, q)
         totals = {
             "memory": 0,
             "storage": 0,
@@ -472,7 +472,7 @@ class JetStreamManager:
             out["account_details"] = details
         return out
 
-    def _clustered_jsz(self, cl: ClusteredJetStream) -> dict[str, Any]:
+    def _clustered_jsz(self, cl: ClusteredJetStream, q: Mapping[str, str]) -> dict[str, Any]:
         memory = storage = messages = nbytes = 0
         for replica in cl.streams.values():
             st = replica.stream.store.state()
@@ -513,6 +513,8 @@ class JetStreamManager:
             out["config"]["domain"] = self.config.domain
         if self.config.unique_tag:
             out["config"]["unique_tag"] = self.config.unique_tag
+        if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
+            out["account_details"] = cl.account_details(q.get("streams") in ("1", "true"))
         return out
 
     def _account_detail(

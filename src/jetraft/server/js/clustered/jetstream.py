@@ -284,6 +284,24 @@ class ClusteredJetStream:
             return None
         return info if isinstance(info, dict) else None
 
+    def account_details(self, streams: bool) -> list[dict[str, Any]]:
+        """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""
+        out = []
+        for name, api in sorted(self.apis.items()):
+            detail: dict[str, Any] = {
+                "name": name,
+                "id": name,
+                "api": {"total": api.stats.total, "errors": api.stats.errors},
+            }
+            if streams:
+                detail["stream_detail"] = [
+                    {"name": r.name, **api.stream_info(r)}
+                    for (acc, _), r in sorted(self.streams.items())
+                    if acc == name
+                ]
+            out.append(detail)
+        return out
+
     # --- monitoring --------------------------------------------------------------------------
 
     def meta_cluster(self) -> dict[str, Any]:
