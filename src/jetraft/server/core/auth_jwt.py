@@ -203,7 +203,8 @@ def _has_permissions_or_limits(nats: dict[str, Any]) -> bool:
             return True
     if nats.get("resp") or nats.get("src") or nats.get("times") or nats.get("bearer_token"):
         return True
-    return any(nats.get(k, -1) not in (-1, None) for k in ("subs", "data", "payload"))
+    # nats-server compares with the zero value: even "no limit" (-1) is a limit set here.
+    return any(nats.get(k) not in (None, 0) for k in ("subs", "data", "payload"))
 
 
 def _limit(claims: nats_jwt.Claims, fields: dict[str, Any], key: str) -> int:

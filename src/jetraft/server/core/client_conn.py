@@ -318,6 +318,10 @@ class ClientConnection(asyncio.Protocol):
         ):
             # 0 from a JWT means no subscriptions at all; the server's 0 means no limit.
             self._max_subs = user.max_subscriptions or -1
+        if self._max_subs < 0:
+            # nats-server: a client already at its limit is told so and closed.
+            self.fatal("maximum subscriptions exceeded")
+            return False
         self._max_payload_user = user.max_payload
         if user.expires_at_s:
             delay = max(user.expires_at_s - time.time(), 0.0)
