@@ -173,7 +173,7 @@ async def test_operator_mode_walls(make_server: ServerFactory, tmp_path: Path) -
 
 
 async def test_operator_mode_refusals(make_server: ServerFactory, tmp_path: Path) -> None:
-    server, op, x, _ = await operator_server(make_server, tmp_path)
+    server, _, x, _ = await operator_server(make_server, tmp_path)
     user = Key.new("user")
     stranger = Operator()
     stranger_account = stranger.account()
