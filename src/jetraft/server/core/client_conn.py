@@ -476,15 +476,16 @@ class ClientConnection(asyncio.Protocol):
                 text += f' using queue "{queue}"'
             self.send_err(text)
             return
+        limit = self._max_subs
+        if limit and len(self.subs) >= max(limit, 0):
+            # Not fatal, as from nats-server: the client is told, the subscription is not made.
+            # Checked before the repeated-SID case, in nats-server's order.
+            self.send_err("maximum subscriptions exceeded")
+            return
         if sid in self.subs:
             # A repeated SID is ignored, as nats-server does.
             if self.verbose:
                 self.enqueue(proto.OK_FRAME)
-            return
-        limit = self._max_subs
-        if limit and len(self.subs) >= max(limit, 0):
-            # Not fatal, as from nats-server: the client is told, the subscription is not made.
-            self.send_err("maximum subscriptions exceeded")
             return
         sub = Subscription(self, subject, queue, sid)
         self.subs[sid] = sub

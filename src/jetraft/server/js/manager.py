@@ -13,11 +13,12 @@ work through; it implements both their Protocols.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from jetraft.jetstream.api import (
     normalise_subject,
 )
 from jetraft.jetstream.consumer_config import StreamFacts
+from jetraft.jetstream.direct_get import DIRECT_SLICE_BYTES
 from jetraft.jetstream.models import encode_json, format_time
 from jetraft.jetstream.store.types import StoreError
 from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
@@ -161,6 +163,28 @@ class JsAccount:
         elif isinstance(out, list):
             for item in out:
                 publish(reply, item.data, None, item.hdr)
+        elif isinstance(out, Iterator):
+            self._send_slices(reply, out)
+
+    def _send_slices(self, reply: str, replies: Iterator[RawReply]) -> None:
+        """A lazy answer (DIRECT.GET batches): one slice per loop turn, so that a large batch
+        neither builds up in memory nor holds the loop; stops when the requester is gone."""
+        publish = self.api_client.publish
+        sent = 0
+        try:
+            for item in replies:
+                if not publish(reply, item.data, None, item.hdr):
+                    return  # nobody listens any more
+                sent += len(item.data) + len(item.hdr or b"")
+                if sent >= DIRECT_SLICE_BYTES:
+                    asyncio.get_running_loop().call_soon(self._send_slices, reply, replies)
+                    return
+        except Exception:  # the stream went away mid-answer (deleted, stopped)
+            log.debug("direct get to %s stopped", reply, exc_info=True)
+
+    @property
+    def max_pending(self) -> int:
+        return self.server.config.max_pending
 
     # --- StreamApiContext --------------------------------------------------------------------
 
