@@ -5,7 +5,6 @@ test_consumers_pull.py and test_core_errors.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -41,7 +40,9 @@ authorization { users = [
 """
 
 
-async def requests_in(make_server: ServerFactory, allow: str, count: int) -> client_conn.ClientConnection:
+async def requests_in(
+    make_server: ServerFactory, allow: str, count: int
+) -> client_conn.ClientConnection:
     """A responder that never answers gets ``count`` requests; returns its connection."""
     server = await make_server(RESPONDER % allow)
     svc = await connect(server, user="svc", password="s")
