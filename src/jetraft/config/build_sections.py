@@ -251,7 +251,7 @@ def build_cluster(node: Node, ctx: Ctx) -> ClusterConfig:
         elif k == "routes":
             f["routes"] = _routes(child, path, ctx)
         elif k == "tls":
-            f["tls"] = build_tls(child, path, ctx)
+            f["tls"] = _route_tls(child, path, ctx)
         elif k in ("cluster_advertise", "advertise"):
             f["advertise"] = as_str(child, path)
         elif k == "no_advertise":
@@ -267,6 +267,17 @@ def build_cluster(node: Node, ctx: Ctx) -> ClusterConfig:
         else:
             ctx.unknown(key, child, "cluster")
     return ClusterConfig(**f)  # type: ignore[arg-type]
+
+
+def _route_tls(node: Node, name: str, ctx: Ctx) -> TLSConfig:
+    """Routes check their peer's chain against ca_file; they do not map or pin certificates."""
+    tls = build_tls(node, name, ctx)
+    for key, child in as_map(node, name).items():
+        k = key.lower()
+        if (k == "verify_and_map" and tls.verify_and_map) or (k == "pinned_certs" and
+                                                              tls.pinned_certs):
+            raise refuse(key, child, "for routes")
+    return tls
 
 
 def _port(node: Node, name: str) -> int:

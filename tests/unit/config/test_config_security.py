@@ -49,6 +49,8 @@ def refused(text: str) -> ConfigError:
         ("cluster { authorization { user: r, password: p\n permissions { publish: x } } }",
          "permissions", 2),
         (TLS % "ocsp_peer: true", "ocsp_peer", 1),
+        ("cluster { " + TLS % "verify_and_map: true" + " }", "verify_and_map", 1),
+        ("cluster { " + TLS % ('pinned_certs: ["' + "a" * 64 + '"]') + " }", "pinned_certs", 1),
         (TLS % "cert_match: x", "cert_match", 1),
         (TLS % "cipher_suites: [TLS_AES_128_GCM_SHA256]", "cipher_suites", 1),
         (TLS % "curve_preferences: [X25519]", "curve_preferences", 1),

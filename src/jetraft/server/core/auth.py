@@ -73,6 +73,15 @@ class Authenticator:
             raise ValueError(f"no_auth_user {self.no_auth_user!r} is not a configured user")
         tls = cfg.tls
         self.tls_map = tls is not None and tls.verify_and_map
+        # nats-server's reading of the seeds' config: when the only users are the system
+        # account's (no other account, no authorization block, no no_auth_user), a client
+        # without credentials lands in the global account; credentials are still checked.
+        self.anonymous_global = (
+            set(self.accounts) == {GLOBAL_ACCOUNT, self.system_account_name}
+            and auth is None
+            and not self.no_auth_user
+            and self.operator is None
+        )
 
     def _add_user(self, u: UserConfig, acc: Account) -> None:
         user = User(
@@ -136,6 +145,8 @@ class Authenticator:
                 if user is None or not isinstance(password, str):
                     return None
                 return allowed(user) if self._check(user.password, password) else None
+        if anonymous and self.anonymous_global:
+            return self.global_account()
         token = options.get("auth_token")
         if (
             self.token

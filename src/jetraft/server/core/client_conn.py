@@ -84,6 +84,7 @@ class ClientConnection(asyncio.Protocol):
         self.connected = False  # CONNECT accepted
         self.closed = False
         self.echo = True
+        self.protocol = 0  # 1: understands async INFO (cluster changes, lame duck mode)
         self.verbose = False
         self.pedantic = False
         self.headers = False
@@ -250,6 +251,7 @@ class ClientConnection(asyncio.Protocol):
         protocol = o.get("protocol", 0)
         if not isinstance(protocol, int) or not 0 <= protocol <= 1:
             raise proto.ProtocolError("invalid client protocol")
+        self.protocol = protocol
         self.verbose = bool(o.get("verbose", False))
         self.pedantic = bool(o.get("pedantic", False))
         self.echo = bool(o.get("echo", True))

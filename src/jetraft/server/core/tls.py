@@ -117,3 +117,19 @@ def _parse_dn(text: str) -> x509.Name | None:
 
 def _rdn_key(rdn: x509.RelativeDistinguishedName) -> str:
     return "+".join(sorted(f"{a.oid.dotted_string}={a.value!r}" for a in rdn))
+
+
+def make_client_context(tls: TLSConfig) -> ssl.SSLContext:
+    """The dialing side of a route: present our certificate, verify the peer's chain
+    against ``ca_file`` (routes are dialed by IP from gossip, so names are not checked)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.minimum_version = _VERSIONS.get(tls.min_version, ssl.TLSVersion.TLSv1_2)
+    ctx.check_hostname = False
+    if tls.ca_file:
+        ctx.load_verify_locations(tls.ca_file)
+        ctx.verify_mode = ssl.CERT_REQUIRED
+    else:
+        ctx.verify_mode = ssl.CERT_NONE
+    if tls.cert_file:
+        ctx.load_cert_chain(tls.cert_file, tls.key_file)
+    return ctx
