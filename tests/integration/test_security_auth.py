@@ -339,3 +339,20 @@ async def test_account_connection_limit(
     text = await refusal(server, user_credentials=str(path))
     assert "maximum account active connections exceeded" in text
     await nc.close()
+
+
+async def test_jwt_payload_limit(
+    make_server: ServerFactory, operator: Operator, tmp_path: Path
+) -> None:
+    acc = operator.account()
+    server = await make_server(operator.config())
+    user = Key.new("user")
+    path = tmp_path / "u.creds"
+    path.write_text(creds(user_jwt(acc, user, payload=16), user))
+    nc = await connect(server, user_credentials=str(path))
+    sub = await nc.subscribe("small")
+    await nc.publish("small", b"x" * 16)
+    assert (await sub.next_msg(timeout=2)).data == b"x" * 16
+    await nc.publish("small", b"x" * 17)  # one byte over the JWT's payload limit
+    await wait_for(lambda: nc.is_closed, what="the server to close the connection")
+    assert "maximum payload violation" in str(nc.last_error).lower()

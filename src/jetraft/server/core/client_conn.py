@@ -301,7 +301,12 @@ class ClientConnection(asyncio.Protocol):
         else:
             self.account = who
         self.connected = True
-        self._plain = self.perms is None and not self.pedantic and not self.verbose
+        self._plain = (
+            self.perms is None
+            and not self.pedantic
+            and not self.verbose
+            and self._max_payload_user < 0
+        )
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
