@@ -176,6 +176,14 @@ async def refused_creds(server: Server, tmp_path: Path, jwt: str, user: Key) -> 
     return await refusal(server, user_credentials=str(path))
 
 
+def later_window() -> dict[str, str]:
+    """A connect-time window that does not contain now: from 2 to 3 hours from now (UTC)."""
+    def at(hours: int) -> str:
+        return time.strftime("%H:%M:%S", time.gmtime(time.time() + hours * 3600))
+
+    return {"start": at(2), "end": at(3)}
+
+
 async def test_jwt_refusals(
     make_server: ServerFactory, operator: Operator, tmp_path: Path
 ) -> None:
@@ -190,6 +198,11 @@ async def test_jwt_refusals(
         "untrusted operator": user_jwt(stranger_acc, user),
         "unknown signing key": user_jwt(acc, user, signer=signer),
         "signed by a user": user_jwt(Key.new("user"), user),
+        "proxy required": user_jwt(acc, user, proxy_required=True),
+        "mqtt only": user_jwt(acc, user, allowed_connection_types=["MQTT"]),
+        "from another network": user_jwt(acc, user, src=["10.0.0.0/8"]),
+        "outside its connect times": user_jwt(acc, user, times=[later_window()],
+                                              times_location="UTC"),
     }
     for what, jwt in cases.items():
         text = await refused_creds(server, tmp_path, jwt, user)

@@ -4,8 +4,8 @@ The chain a user JWT must satisfy, as nats-server checks it: the JWT is well for
 signed by its issuer; it has not expired and is already valid; the issuer is the account
 itself or one of its signing keys (``issuer_account`` names the account then); that account
 was preloaded and its JWT is signed by a trusted operator key and has not expired; the account
-is pinned when pinning is configured; the user is not revoked; the connection type, source
-address and connect times allow it; and, unless the JWT is a bearer token the account
+is pinned when pinning is configured; the user is not revoked and needs no trusted proxy
+(jetraft has none); the connection type, source address and connect times allow it; and, unless the JWT is a bearer token the account
 accepts, CONNECT's ``sig`` is the user key's signature of the INFO nonce. The user's
 permissions come from the JWT (or the signing key's scope template, or the account's default
 permissions); its subscription and payload limits from the JWT and the account.
@@ -113,6 +113,8 @@ class OperatorAuthority:
             return None
         if _revoked(entry.revocations, user.subject, user.issued_at):
             return None
+        if nats.get("proxy_required"):
+            return None  # only through a trusted proxy, and jetraft has no proxy support
         if not _connection_type_ok(nats.get("allowed_connection_types")):
             return None
         if not _source_ok(nats.get("src"), info.client_ip):
