@@ -5,8 +5,9 @@ signed by its issuer; it has not expired and is already valid; the issuer is the
 itself or one of its signing keys (``issuer_account`` names the account then); that account
 was preloaded and its JWT is signed by a trusted operator key and has not expired; the account
 is pinned when pinning is configured; the user is not revoked and needs no trusted proxy
-(jetraft has none); the connection type, source address and connect times allow it; and, unless the JWT is a bearer token the account
-accepts, CONNECT's ``sig`` is the user key's signature of the INFO nonce. The user's
+(jetraft has none); the connection type, source address and connect times allow it; and,
+unless the JWT is a bearer token the account accepts, CONNECT's ``sig`` is the user key's
+signature of the INFO nonce. The user's
 permissions come from the JWT (or the signing key's scope template, or the account's default
 permissions); its subscription and payload limits from the JWT and the account.
 """
