@@ -170,3 +170,21 @@ async def test_pinned_certs(make_server: ServerFactory, pki: Pki) -> None:
     await nc.close()
     assert not await connects(server, other_ctx)  # the server drops the TLS session
     assert not any(c.connected and not c.closed for c in server.clients.values())
+
+
+async def test_pinned_certs_with_handshake_first(make_server: ServerFactory, pki: Pki) -> None:
+    pinned_ctx, pinned_der = pki.client([(NameOID.COMMON_NAME, "pinned")])
+    other_ctx, _ = pki.client([(NameOID.COMMON_NAME, "other")])
+    spki = x509.load_der_x509_certificate(pinned_der).public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    server = await make_server(pki.tls_block(
+        f'verify: true, handshake_first: true, pinned_certs: ["{hashlib.sha256(spki).hexdigest()}"]'
+    ))
+    nc = await connect(server, tls=pinned_ctx, tls_handshake_first=True)
+    await nc.flush()
+    await nc.close()
+    try:
+        other = await connect(server, tls=other_ctx, tls_handshake_first=True)
+    except Exception:
+        return
+    assert not other.is_connected
