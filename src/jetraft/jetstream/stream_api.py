@@ -304,19 +304,32 @@ def handle_delete(ctx: StreamApiContext, subject: str, reply: str, data: bytes) 
     return {"type": _t(kind), "success": True}
 
 
-def handle_purge(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
-    kind = "stream_purge_response"
-    try:
-        req = _decode(data, _PurgeRequest, "JSApiStreamPurgeRequest")
-        stream = _lookup(ctx, subject)
-        if req.seq and req.keep:
-            raise E.bad_request()
-        result = ctx.propose(stream, Purge(req.filter, req.seq, req.keep))
-        _raise_if_failed(result)
-    except ApiError as exc:
-        return _err(kind, exc, purged=0)
+PURGE_KIND = "stream_purge_response"
+MSG_DELETE_KIND = "stream_msg_delete_response"
+
+
+def purge_request(ctx: StreamApiContext, subject: str, data: bytes) -> tuple[Stream, Purge]:
+    """The stream and the entry a PURGE request asks for; raises ApiError."""
+    req = _decode(data, _PurgeRequest, "JSApiStreamPurgeRequest")
+    stream = _lookup(ctx, subject)
+    if req.seq and req.keep:
+        raise E.bad_request()
+    return stream, Purge(req.filter, req.seq, req.keep)
+
+
+def purge_response(result: Result) -> dict[str, Any]:
+    if result.error is not None:
+        return _err(PURGE_KIND, result.error, purged=0)
     assert isinstance(result, OpResult)
-    return {"type": _t(kind), "success": True, "purged": result.count}
+    return {"type": _t(PURGE_KIND), "success": True, "purged": result.count}
+
+
+def handle_purge(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
+    try:
+        stream, entry = purge_request(ctx, subject, data)
+    except ApiError as exc:
+        return _err(PURGE_KIND, exc, purged=0)
+    return purge_response(ctx.propose(stream, entry))
 
 
 def _raise_if_failed(result: Result) -> None:
@@ -418,17 +431,28 @@ def handle_msg_get(ctx: StreamApiContext, subject: str, reply: str, data: bytes)
     return {"type": _t(kind), "message": message}
 
 
+def msg_delete_request(
+    ctx: StreamApiContext, subject: str, data: bytes
+) -> tuple[Stream, DeleteMsg]:
+    """The stream and the entry a MSG.DELETE request asks for; raises ApiError."""
+    if is_empty_request(data):
+        raise E.bad_request()
+    req = _decode(data, _MsgDeleteRequest, "JSApiMsgDeleteRequest")
+    return _lookup(ctx, subject), DeleteMsg(req.seq, req.no_erase)
+
+
+def msg_delete_response(result: Result) -> dict[str, Any]:
+    if result.error is not None:
+        return _err(MSG_DELETE_KIND, result.error)
+    return {"type": _t(MSG_DELETE_KIND), "success": True}
+
+
 def handle_msg_delete(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
-    kind = "stream_msg_delete_response"
     try:
-        if is_empty_request(data):
-            raise E.bad_request()
-        req = _decode(data, _MsgDeleteRequest, "JSApiMsgDeleteRequest")
-        stream = _lookup(ctx, subject)
-        _raise_if_failed(ctx.propose(stream, DeleteMsg(req.seq, req.no_erase)))
+        stream, entry = msg_delete_request(ctx, subject, data)
     except ApiError as exc:
-        return _err(kind, exc)
-    return {"type": _t(kind), "success": True}
+        return _err(MSG_DELETE_KIND, exc)
+    return msg_delete_response(ctx.propose(stream, entry))
 
 
 # --- account info and clustering-only requests ----------------------------------------------
