@@ -13,7 +13,6 @@ work through; it implements both their Protocols.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import random
@@ -34,7 +33,6 @@ from jetraft.jetstream.api import (
     normalise_subject,
 )
 from jetraft.jetstream.consumer_config import StreamFacts
-from jetraft.jetstream.direct_get import DIRECT_SLICE_BYTES
 from jetraft.jetstream.models import encode_json, format_time
 from jetraft.jetstream.store.types import StoreError
 from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
@@ -45,6 +43,7 @@ from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
+from jetraft.server.js.replies import send_slices
 from jetraft.server.js.store_glue import (
     MetaError,
     StreamMeta,
@@ -164,23 +163,7 @@ class JsAccount:
             for item in out:
                 publish(reply, item.data, None, item.hdr)
         elif isinstance(out, Iterator):
-            self._send_slices(reply, out)
-
-    def _send_slices(self, reply: str, replies: Iterator[RawReply]) -> None:
-        """A lazy answer (DIRECT.GET batches): one slice per loop turn, so that a large batch
-        neither builds up in memory nor holds the loop; stops when the requester is gone."""
-        publish = self.api_client.publish
-        sent = 0
-        try:
-            for item in replies:
-                if not publish(reply, item.data, None, item.hdr):
-                    return  # nobody listens any more
-                sent += len(item.data) + len(item.hdr or b"")
-                if sent >= DIRECT_SLICE_BYTES:
-                    asyncio.get_running_loop().call_soon(self._send_slices, reply, replies)
-                    return
-        except Exception:  # the stream went away mid-answer (deleted, stopped)
-            log.debug("direct get to %s stopped", reply, exc_info=True)
+            send_slices(self.api_client, reply, out)
 
     @property
     def max_pending(self) -> int:
