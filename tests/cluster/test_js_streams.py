@@ -3,7 +3,6 @@ section, step-down, purge, delete, scaling. One 3-server cluster for the module.
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import nats

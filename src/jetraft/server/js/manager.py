@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
+from jetraft.server.js.replies import send_slices
 from jetraft.server.js.store_glue import (
     TRASH_PREFIX,
     MetaError,
@@ -204,6 +205,12 @@ class JsAccount:
         elif isinstance(out, list):
             for item in out:
                 publish(reply, item.data, None, item.hdr)
+        elif isinstance(out, Iterator):
+            send_slices(self.api_client, reply, out)
+
+    @property
+    def max_pending(self) -> int:
+        return self.server.config.max_pending
 
     # --- StreamApiContext --------------------------------------------------------------------
 
