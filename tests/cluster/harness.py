@@ -341,6 +341,21 @@ class Cluster:
         node.start()
         await self.wait_serving(node)
 
+    def partition(self, *groups: list[Node]) -> None:
+        """Cut every route between nodes of different groups (silently: bytes are held)."""
+        for i, a in enumerate(groups):
+            for b in groups[i + 1 :]:
+                for x in a:
+                    for y in b:
+                        assert x.proxy is not None and y.proxy is not None, "needs proxies"
+                        x.proxy.cut({y.host})
+                        y.proxy.cut({x.host})
+
+    def heal(self) -> None:
+        for node in self.nodes:
+            if node.proxy is not None:
+                node.proxy.heal()
+
     async def close(self) -> None:
         for node in self.nodes:
             with contextlib.suppress(Exception):

@@ -175,6 +175,8 @@ class StreamReplica:
         if self.closed:
             return
         if ss.role is Role.LEADER and not self._leading:
+            log.info("JetStream cluster new stream leader for '%s > %s' (term %d)",
+                     self.sa.account, self.name, ss.term)
             self._leading = True
             self._subscribe()
             self._arm_expiry()
