@@ -251,6 +251,6 @@ async def test_driver_asserts_the_persistence_contract(group: Group) -> None:
     node = group.nodes["a"]
     term = node.core.term
     with pytest.raises(AssertionError):
-        node._check_durable(VoteResponse(term + 5, "a", "b", True))
+        node.driver.check_durable(VoteResponse(term + 5, "a", "b", True))
     with pytest.raises(AssertionError):
-        node._check_durable(AppendResponse(term, "a", "b", node.core.log.last_index + 10))
+        node.driver.check_durable(AppendResponse(term, "a", "b", node.core.log.last_index + 10))

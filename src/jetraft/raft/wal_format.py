@@ -17,6 +17,8 @@ The checksum sits at the end so that a write torn anywhere fails it. Payloads:
 
 Snapshot file: magic b"JRSNAP01", crc32 u32 over everything after it, then index u64,
 term u64, voter count u16, learner count u16, each id as u16 length + utf-8, then the data.
+An external snapshot (a marker: the state machine holds that state durably itself) has
+the magic b"JRSNAPX1" and no data.
 """
 
 from __future__ import annotations
@@ -164,6 +166,7 @@ def find_next_valid(data: bytes, start: int) -> int | None:
 # Snapshot files
 
 SNAP_MAGIC = b"JRSNAP01"
+SNAP_MAGIC_EXTERNAL = b"JRSNAPX1"
 _SNAP_FIXED = struct.Struct("<QQHH")
 _U16 = struct.Struct("<H")
 
@@ -177,6 +180,9 @@ def encode_snapshot(snap: Snapshot) -> bytes:
         raw = node_id.encode()
         parts.append(_U16.pack(len(raw)))
         parts.append(raw)
+    if snap.external:
+        body = b"".join(parts)
+        return SNAP_MAGIC_EXTERNAL + _CRC.pack(_crc32(body)) + body
     parts.append(snap.data)
     body = b"".join(parts)
     return SNAP_MAGIC + _CRC.pack(_crc32(body)) + body
@@ -187,8 +193,10 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
     head = len(SNAP_MAGIC) + CRC_BYTES
     if len(data) < head + _SNAP_FIXED.size:
         return "snapshot file too short"
-    if data[: len(SNAP_MAGIC)] != SNAP_MAGIC:
+    magic = data[: len(SNAP_MAGIC)]
+    if magic not in (SNAP_MAGIC, SNAP_MAGIC_EXTERNAL):
         return "bad snapshot magic"
+    external = magic == SNAP_MAGIC_EXTERNAL
     (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
     if _crc32(memoryview(data)[head:]) != crc:
         return "snapshot checksum mismatch"
@@ -208,4 +216,6 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
             return "snapshot member id is not utf-8"
         pos += size
     membership = Membership(voters=tuple(ids[:n_voters]), learners=tuple(ids[n_voters:]))
-    return Snapshot(meta=SnapshotMeta(index, term, membership), data=data[pos:])
+    if external and pos != len(data):
+        return "external snapshot with data"
+    return Snapshot(SnapshotMeta(index, term, membership), data[pos:], external)
