@@ -154,8 +154,9 @@ class RaftCore:
                 if pid == self.id:
                     ago = 0
                 lag = max(0, self.log.committed - pr.match)
+                voter = pid in self.membership.voters
                 peers.append(
-                    PeerStatus(pid, not pr.learner, pr.match, pr.next, pr.state.value, ago, lag)
+                    PeerStatus(pid, voter, pr.match, pr.next, pr.state.value, ago, lag)
                 )
         return Status(
             self.id, self.term, self.role, self.lead, self.log.committed, self.log.applied,
@@ -212,9 +213,14 @@ class RaftCore:
         """Make self.prs follow the configuration in force (leader only)."""
         m = self.membership
         want = {v: False for v in m.voters} | {lid: True for lid in m.learners}
-        for pid in list(self.prs):
+        for pid, old in list(self.prs.items()):
             if pid not in want:
-                del self.prs[pid]
+                # Removed: keep sending it the log for a while, so that it learns of its
+                # removal and stops (it counts for nothing: it is in no configuration).
+                if pid == self.id:
+                    del self.prs[pid]
+                elif old.leaving_ticks < 0:
+                    old.leaving_ticks = 0
         for pid, learner in want.items():
             pr = self.prs.get(pid)
             if pr is None:
@@ -223,6 +229,7 @@ class RaftCore:
                     pr.match = self.log.last_index
                     pr.become_replicate()
             pr.learner = learner
+            pr.leaving_ticks = -1
         if self.transferee and self.transferee not in m.voters:
             self.transferee = ""
 
@@ -248,7 +255,13 @@ class RaftCore:
                 return
             self.transferee = ""  # a transfer that did not finish in an election period
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
-        for pid, pr in self.prs.items():
+        removal_done = self.log.committed >= self.log.last_config_index()
+        for pid, pr in list(self.prs.items()):
+            if pr.leaving_ticks >= 0 and removal_done:
+                pr.leaving_ticks += 1
+                if pr.leaving_ticks >= 2 * self.cfg.election_ticks:
+                    del self.prs[pid]
+                    continue
             if pr.state is ProgressState.SNAPSHOT:
                 pr.snapshot_wait_ticks += 1
                 if pr.snapshot_wait_ticks >= retry:

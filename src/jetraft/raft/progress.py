@@ -29,6 +29,7 @@ class Progress:
         "inflight",
         "last_heard_tick",
         "learner",
+        "leaving_ticks",
         "match",
         "next",
         "pending_snapshot",
@@ -53,6 +54,10 @@ class Progress:
         self.recent_active = False  # heard from it in this check-quorum period
         self.last_heard_tick = -1  # leader's tick count when we last heard from it
         self.learner = learner
+        # >= 0: removed by the configuration in force; still sent the log (and the
+        # commit index) so that it learns of its removal, for a while (ticks counted
+        # once the removal is committed).
+        self.leaving_ticks = -1
 
     def __repr__(self) -> str:
         return (
