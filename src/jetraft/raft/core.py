@@ -272,7 +272,7 @@ class RaftCore:
             self._hb_elapsed = 0
             for pid, pr in self.prs.items():
                 if pid != self.id:
-                    commit = min(pr.match, self.log.committed)
+                    commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit))
 
     def _quorum_active(self) -> bool:

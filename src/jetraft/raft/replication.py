@@ -149,6 +149,13 @@ def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
         pass
 
 
+def heartbeat_commit(core: RaftCore, pr: Progress) -> int:
+    """The commit index a heartbeat tells a follower: no further than what the follower
+    acknowledged, so that it never commits entries of its log that may not match ours
+    (a heartbeat carries no entries to check against)."""
+    return min(pr.match, core.log.committed)
+
+
 def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
     pr = core.prs.get(m.frm)
     if pr is None:
