@@ -5,7 +5,6 @@ nothing is acknowledged without a quorum."""
 from __future__ import annotations
 
 import asyncio
-import signal
 
 import nats
 import nats.errors
@@ -138,7 +137,7 @@ async def test_no_ack_without_quorum_and_recovery(make_cluster: ClusterFactory) 
     n3.kill()
     # Two down: nothing may be acknowledged.
     for i in range(40, 45):
-        with pytest.raises(NO_ACK + (nats.js.errors.APIError,)):
+        with pytest.raises((*NO_ACK, nats.js.errors.APIError)):
             await js.publish("q", b"msg %d" % i, timeout=1.0, headers={"Nats-Msg-Id": f"id-{i}"})
     n3.start()
     await cl.wait_mesh(nodes=[n1, n3])

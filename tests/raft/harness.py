@@ -21,6 +21,7 @@ from jetraft.raft.messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -124,8 +125,12 @@ def msg_str(m: Message) -> str:
         kind = "PreVoteResp" if m.pre_vote else "VoteResp"
         return head + f"{kind} t{m.term} {'granted' if m.granted else 'rejected'}"
     if isinstance(m, InstallSnapshot):
-        meta = m.snapshot.meta
-        return head + f"Snapshot t{m.term} {meta.index}/{meta.term}"
+        meta = m.meta
+        chunk = "" if m.offset == 0 and m.done else (
+            f" chunk@{m.offset}+{len(m.data)}{' done' if m.done else ''}")
+        return head + f"Snapshot t{m.term} {meta.index}/{meta.term}{chunk}"
+    if isinstance(m, SnapshotResponse):
+        return head + f"SnapshotResp t{m.term} {m.index} have={m.offset}"
     assert isinstance(m, TimeoutNow)
     return head + f"TimeoutNow t{m.term}"
 

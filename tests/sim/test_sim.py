@@ -29,7 +29,9 @@ def test_seeds(nodes: int, start: int) -> None:
     assert not failures, "\n".join(failures)
 
 
-# Seeds that once failed, kept so that their bug stays fixed (see each comment).
+# Seeds that once failed, kept in CI (see each comment). The simulator has grown new
+# faults since, so a seed no longer replays the schedule that failed then: the scenario
+# transcript named in the comment pins each bug exactly.
 REGRESSIONS = [
     # A damaged replica restored a snapshot older than entries it had acknowledged in
     # this term, losing them; the leader never resent them (liveness).
@@ -45,7 +47,6 @@ REGRESSIONS = [
 def test_regression_seeds(seed: int, nodes: int) -> None:
     res = run_seed(seed, SimConfig(nodes=nodes))
     assert res.ok, f"{res.error}\n  replay: {res.replay_command()}"
-    assert res.stats["corruptions"] > 0
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -65,8 +66,9 @@ def test_faults_are_exercised() -> None:
         assert res.ok, res.error
         for k, v in res.stats.items():
             totals[k] = totals.get(k, 0) + v
-    for kind in ("crashes", "sync_crashes", "corruptions", "partitions", "changes",
-                 "transfers", "snapshots", "acked"):
+    for kind in ("crashes", "kills", "sync_crashes", "io_errors", "slow_io", "corruptions",
+                 "partitions", "one_way", "flaky", "changes", "transfers", "snapshots",
+                 "acked"):
         assert totals[kind] > 0, (kind, totals)
 
 
@@ -74,7 +76,8 @@ def test_simulator_catches_a_broken_election_rule(monkeypatch: pytest.MonkeyPatc
     """Votes granted without Raft's up-to-date check must be caught (leader completeness)."""
     monkeypatch.setattr(RaftLog, "is_up_to_date", lambda self, li, lt: True)
     errors = [run_seed(s, SimConfig()).error for s in range(30)]
-    assert any("leader completeness" in e or "safety" in e for e in errors), errors
+    assert any(k in e for e in errors for k in ("leader completeness", "safety",
+                                                 "commitment")), errors
 
 
 def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:

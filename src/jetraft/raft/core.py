@@ -26,7 +26,7 @@ ahead of its own.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import replication
 from .log import RaftLog
@@ -44,6 +44,7 @@ from .messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -120,6 +121,15 @@ class RaftCore:
         self._prev_hs = recovered_hs
         self._prev_ss = SoftState(self.lead, self.role, self.term)
         self._outstanding: Ready | None = None
+        # Snapshots. snapshot_source() -> (index, data) gives the state machine's state at
+        # an applied index, for followers, when the log's own snapshot is an external
+        # marker (the state machine keeps its state durably itself); the result is kept
+        # while the log still continues it.
+        self.snapshot_source: Callable[[], tuple[int, bytes]] | None = None
+        self._send_snap: Snapshot | None = None
+        # Follower: chunks of one snapshot series collected so far, keyed by
+        # (leader term, snapshot index, snapshot term).
+        self.snap_buf: tuple[tuple[int, int, int], bytearray] | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -171,8 +181,10 @@ class RaftCore:
                 ago = None if pr.last_heard_tick < 0 else self.ticks - pr.last_heard_tick
                 if pid == self.id:
                     ago = 0
+                lag = max(0, self.log.committed - pr.match)
+                voter = pid in self.membership.voters
                 peers.append(
-                    PeerStatus(pid, not pr.learner, pr.match, pr.next, pr.state.value, ago)
+                    PeerStatus(pid, voter, pr.match, pr.next, pr.state.value, ago, lag)
                 )
         return Status(
             self.id, self.term, self.role, self.lead, self.log.committed, self.log.applied,
@@ -234,9 +246,14 @@ class RaftCore:
         """Make self.prs follow the configuration in force (leader only)."""
         m = self.membership
         want = {v: False for v in m.voters} | {lid: True for lid in m.learners}
-        for pid in list(self.prs):
+        for pid, old in list(self.prs.items()):
             if pid not in want:
-                del self.prs[pid]
+                # Removed: keep sending it the log for a while, so that it learns of its
+                # removal and stops (it counts for nothing: it is in no configuration).
+                if pid == self.id:
+                    del self.prs[pid]
+                elif old.leaving_ticks < 0:
+                    old.leaving_ticks = 0
         for pid, learner in want.items():
             pr = self.prs.get(pid)
             if pr is None:
@@ -245,6 +262,7 @@ class RaftCore:
                     pr.match = self.log.last_index
                     pr.become_replicate()
             pr.learner = learner
+            pr.leaving_ticks = -1
         if self.transferee and self.transferee not in m.voters:
             self.transferee = ""
 
@@ -270,17 +288,24 @@ class RaftCore:
                 return
             self.transferee = ""  # a transfer that did not finish in an election period
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
-        for pid, pr in self.prs.items():
+        removal_done = self.log.committed >= self.log.last_config_index()
+        for pid, pr in list(self.prs.items()):
+            if pr.leaving_ticks >= 0 and removal_done:
+                pr.leaving_ticks += 1
+                if pr.leaving_ticks >= 2 * self.cfg.election_ticks:
+                    del self.prs[pid]
+                    continue
             if pr.state is ProgressState.SNAPSHOT:
                 pr.snapshot_wait_ticks += 1
                 if pr.snapshot_wait_ticks >= retry:
-                    pr.become_probe()
-                    replication.send_append(self, pid)
+                    # A chunk or its answer was lost: send it again. The answer also tells
+                    # us if the follower has installed the snapshot in the meantime.
+                    replication.send_snapshot_chunk(self, pid, pr)
         if self._hb_elapsed >= self.cfg.heartbeat_ticks:
             self._hb_elapsed = 0
             for pid, pr in self.prs.items():
                 if pid != self.id:
-                    commit = min(pr.match, self.log.committed)
+                    commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit))
 
     def _quorum_active(self) -> bool:
@@ -333,6 +358,15 @@ class RaftCore:
         return False
 
     def step(self, m: Message) -> None:
+        if (
+            isinstance(m, VoteRequest)
+            and m.frm not in self.membership.voters
+            and not self.in_bootstrap
+        ):
+            # Only voters of our configuration may ask for votes: a removed replica that
+            # has not heard of its removal must not disrupt the group (not answering is
+            # always safe). Before any configuration exists, anyone may (see in_bootstrap).
+            return
         if m.term > self.term:
             if isinstance(m, VoteRequest):
                 in_lease = (
@@ -375,6 +409,9 @@ class RaftCore:
         elif isinstance(m, HeartbeatResponse):
             if self.role is Role.LEADER:
                 replication.handle_heartbeat_response(self, m)
+        elif isinstance(m, SnapshotResponse):
+            if self.role is Role.LEADER:
+                replication.handle_snapshot_response(self, m)
         elif isinstance(m, VoteRequest):
             self._handle_vote_request(m)
         elif isinstance(m, VoteResponse):
@@ -484,18 +521,42 @@ class RaftCore:
         return to
 
     # ------------------------------------------------------------------ snapshots
-    def create_snapshot(self, index: int, data: bytes) -> Snapshot:
-        """Wrap the state machine's snapshot taken at `index` (<= applied)."""
+    def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:
+        """Wrap the state machine's snapshot taken at `index` (<= applied); `external`
+        makes a marker without data (the state machine holds that state durably)."""
         if index > self.log.applied or index < self.log.offset:
             raise RaftError(f"snapshot index {index} outside [{self.log.offset}, applied]")
         term = self.log.term(index)
         assert term is not None
-        return Snapshot(SnapshotMeta(index, term, self.log.membership_at(index)), data)
+        meta = SnapshotMeta(index, term, self.log.membership_at(index))
+        return Snapshot(meta, b"" if external else data, external)
 
     def compact(self, snapshot: Snapshot, compact_to: int) -> None:
         """`snapshot` is durable: keep it for lagging followers and drop the entries up
         to compact_to (entries after it stay, so followers a little behind need none)."""
         self.log.compact(snapshot, compact_to)
+        if self._send_snap is not None and self._send_snap.meta.index < self.log.offset:
+            self._send_snap = None
+
+    def sendable_snapshot(self) -> Snapshot | None:
+        """The snapshot to send a follower that needs compacted entries: the log's own,
+        or, when that is an external marker, the state machine's current state (from
+        snapshot_source). None if there is none to send now."""
+        log = self.log
+        snap = log.snapshot
+        if snap is None or not snap.external:
+            return snap
+        cached = self._send_snap
+        if cached is not None and cached.meta.index >= log.offset:
+            return cached
+        if self.snapshot_source is None:
+            return None
+        index, data = self.snapshot_source()
+        term = log.term(index)
+        if term is None or index > log.committed:
+            return None
+        self._send_snap = Snapshot(SnapshotMeta(index, term, log.membership_at(index)), data)
+        return self._send_snap
 
     # ------------------------------------------------------------------ outputs
     def _flush(self) -> None:

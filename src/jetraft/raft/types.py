@@ -57,5 +57,10 @@ class SnapshotMeta:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """The state machine's state after entry meta.index. An `external` snapshot is a
+    marker with no data: the state machine keeps that state durably in its own storage
+    (see node.StateMachine.durable_index); it is never sent to a peer."""
+
     meta: SnapshotMeta
     data: bytes
+    external: bool = False

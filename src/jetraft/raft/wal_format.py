@@ -17,6 +17,8 @@ The checksum sits at the end so that a write torn anywhere fails it. Payloads:
 
 Snapshot file: magic b"JRSNAP01", crc32 u32 over everything after it, then index u64,
 term u64, voter count u16, learner count u16, each id as u16 length + utf-8, then the data.
+An external snapshot (a marker: the state machine holds that state durably itself) has
+the magic b"JRSNAPX1" and no data.
 """
 
 from __future__ import annotations
@@ -163,10 +165,13 @@ def find_next_valid(data: bytes, start: int) -> int | None:
 # --------------------------------------------------------------------------------------------
 # Snapshot files
 
-SNAP_MAGIC = b"JRSNAP02"  # 02 adds the membership's cluster size; 01 files still load
-SNAP_MAGIC_01 = b"JRSNAP01"
+# Magic: snapshot with data or external marker (no data), in version 2 (which adds the
+# membership's cluster size) or version 1 (still read).
+SNAP_MAGIC = b"JRSNAP02"
+SNAP_MAGIC_EXTERNAL = b"JRSNAPX2"
+_V1 = {b"JRSNAP01": False, b"JRSNAPX1": True}  # magic -> external
 _SNAP_FIXED = struct.Struct("<QQHHI")
-_SNAP_FIXED_01 = struct.Struct("<QQHH")
+_SNAP_FIXED_V1 = struct.Struct("<QQHH")
 _U16 = struct.Struct("<H")
 
 
@@ -185,6 +190,9 @@ def encode_snapshot(snap: Snapshot) -> bytes:
         raw = node_id.encode()
         parts.append(_U16.pack(len(raw)))
         parts.append(raw)
+    if snap.external:
+        body = b"".join(parts)
+        return SNAP_MAGIC_EXTERNAL + _CRC.pack(_crc32(body)) + body
     parts.append(snap.data)
     body = b"".join(parts)
     return SNAP_MAGIC + _CRC.pack(_crc32(body)) + body
@@ -194,11 +202,14 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
     """The snapshot in ``data``, or why it is not a valid snapshot file."""
     head = len(SNAP_MAGIC) + CRC_BYTES
     magic = data[: len(SNAP_MAGIC)]
-    fixed = _SNAP_FIXED if magic == SNAP_MAGIC else _SNAP_FIXED_01
+    if magic in (SNAP_MAGIC, SNAP_MAGIC_EXTERNAL):
+        fixed, external = _SNAP_FIXED, magic == SNAP_MAGIC_EXTERNAL
+    elif magic in _V1:
+        fixed, external = _SNAP_FIXED_V1, _V1[magic]
+    else:
+        return "bad snapshot magic"
     if len(data) < head + fixed.size:
         return "snapshot file too short"
-    if magic not in (SNAP_MAGIC, SNAP_MAGIC_01):
-        return "bad snapshot magic"
     (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
     if _crc32(memoryview(data)[head:]) != crc:
         return "snapshot checksum mismatch"
@@ -222,4 +233,6 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
             return "snapshot member id is not utf-8"
         pos += size
     membership = Membership(tuple(ids[:n_voters]), tuple(ids[n_voters:]), cluster_size)
-    return Snapshot(meta=SnapshotMeta(index, term, membership), data=data[pos:])
+    if external and pos != len(data):
+        return "external snapshot with data"
+    return Snapshot(SnapshotMeta(index, term, membership), data[pos:], external)

@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from jetraft.jetstream.models import format_time
 from jetraft.raft.disk import OsDisk
-from jetraft.raft.node import RaftNode, StateMachine
+from jetraft.raft.node import RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, Role, SoftState
 from jetraft.raft.wal import Wal
 from jetraft.server.cluster.raftnet import RaftNet
@@ -32,6 +32,8 @@ from jetraft.server.cluster.raftnet import RaftNet
 log = logging.getLogger("jetraft.js.raft")
 
 TICK_S = 0.05
+# A proposal without an outcome by then fails (its outcome is unknown: it may commit later).
+PROPOSAL_TIMEOUT_S = 10.0
 RAFT_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=2)
 # A replica not heard from for this long is not current (nats-server uses a similar bound).
 CURRENT_WITHIN_S = 2.0
@@ -55,6 +57,11 @@ class GroupHost(Protocol):
 
     @property
     def raftnet(self) -> RaftNet: ...
+
+    @property
+    def ticker(self) -> Ticker:
+        """One timer ticks every group of this server."""
+        ...
 
     def raft_dir(self, group: str) -> Path: ...
 
@@ -85,6 +92,8 @@ class RaftGroup:
         self.leader_since_ns = 0
         self._last_leader = ""
         self.corrupt = ""
+        self.removed = False  # the group committed a configuration without us
+        self.failed = ""  # the node stopped on a storage error
 
     @property
     def dir(self) -> Path:
@@ -104,15 +113,26 @@ class RaftGroup:
             wal,
             self.host.raftnet.transport(self.group),
             self.sm,
-            tick_interval_s=TICK_S,
             rng=random.Random(),
             recovered=recovered,
             snapshot_entries=self.snapshot_entries,
             bootstrap_size=self.bootstrap_size,
+            ticker=self.host.ticker,
+            proposal_timeout_s=PROPOSAL_TIMEOUT_S,
+            on_removed=self._removed,
+            on_error=self._failed,
         )
         self.node.subscribe(self._on_soft_state)
         self.host.raftnet.register(self.group, self.node)
         await self.node.start()
+
+    def _removed(self) -> None:
+        log.info("RAFT group %s: this server was removed from the group", self.group)
+        self.removed = True
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("RAFT group %s stopped on a storage error: %s", self.group, exc)
+        self.failed = str(exc)
 
     def _on_soft_state(self, ss: SoftState) -> None:
         if ss.leader != self._last_leader:

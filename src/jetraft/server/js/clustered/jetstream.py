@@ -31,6 +31,7 @@ from jetraft.config import ServerConfig
 from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
 from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
+from jetraft.raft.node import Ticker
 from jetraft.raft.ready import RaftError
 from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.cluster.raftnet import RaftNet
@@ -40,7 +41,7 @@ from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
-from jetraft.server.js.clustered.group import peer_id
+from jetraft.server.js.clustered.group import TICK_S, peer_id
 from jetraft.server.js.clustered.meta_group import MetaGroup
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 
@@ -95,6 +96,7 @@ class ClusteredJetStream:
         self.config = js_cfg
         self.root = Path(js_cfg.store_dir) / "jetstream"
         self.raftnet = RaftNet(mesh)
+        self.ticker = Ticker(TICK_S)
         mesh.raft_receiver = self.raftnet.deliver
         self.meta = MetaGroup(self, expected_cluster_size(server.config))
         self.streams: dict[tuple[str, str], StreamReplica] = {}
@@ -280,7 +282,7 @@ class ClusteredJetStream:
             if replica.is_leader:
                 with contextlib.suppress(RaftError):
                     replica.step_down()
-            elif self.server.name not in replica.group.members():
+            elif replica.group.removed or self.server.name not in replica.group.members():
                 break
             await asyncio.sleep(0.2)
         if self.leaving.get(replica.key) is replica:
