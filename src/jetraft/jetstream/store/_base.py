@@ -389,8 +389,10 @@ class BaseStore:
                     raise StoreCorruption("<snapshot>", consumed + off, e.reason) from None
                 if ended:
                     raise StoreCorruption("<snapshot>", consumed + off, "data after the end")
-                body = bytes(pending[off : off + rlen])
+                if pending[off + rec.FLAGS_AT] & rec.FLAG_SEALED or kind == rec.KIND_ERASED:
+                    raise StoreCorruption("<snapshot>", consumed + off, "not a snapshot record")
                 if kind == rec.KIND_MSG:
+                    body = bytes(rec.plain_body(pending, off, rlen, None))
                     subj, headers, data = rec.msg_fields(body, slen, hlen)
                     subject = subj.decode()
                     if seq <= ix.last:

@@ -89,6 +89,9 @@ class StreamConsumers:
         # Removals of deleted consumers' files still running: a new consumer of the same name
         # writes only once they are done.
         self._removing: dict[str, asyncio.Future[None]] = {}
+        # Consumers whose state could not be loaded: name -> why. The name stays reserved
+        # and the files stay as they are (an operator repairs or removes them).
+        self.offline: dict[str, str] = {}
         stream.stream.add_observer(self)
 
     @property
@@ -154,6 +157,8 @@ class StreamConsumers:
     def add(self, core: ConsumerCore, fresh: bool) -> ConsumerRuntime:
         """Register and start a consumer. ``fresh``: a create, answered once its state is
         durable; if that fails the consumer is removed again before the error answer."""
+        if core.name in self.offline:
+            raise cerr(10195, err=self.offline[core.name])
         if fresh and self.persistent and not core.cfg.mem_storage and "\x00" in core.name:
             raise cerr(10012, err=f"consumer name {core.name!r} cannot be stored")
         rt = ConsumerRuntime(self, core)
@@ -199,30 +204,38 @@ class StreamConsumers:
             del self._removing[name]
 
     def restore(self) -> list[str]:
-        """Load persisted consumers; returns names that could not be loaded (reported)."""
-        bad: list[str] = []
+        """Load persisted consumers; returns the names that could not be loaded (each also
+        reported in the log and kept in ``offline``)."""
         base = self.stream.consumer_dir()
-        if base is None or not base.is_dir():
-            return bad
+        disk = self.disk
+        if base is None or not disk.exists(str(base)):
+            return []
         src = self.source()
-        for entry in sorted(base.iterdir()):
-            path = entry / STATE_FILE
-            if not path.is_file():
-                continue
+        for name in disk.list(str(base)):
+            path = base / name / STATE_FILE
+            if not disk.exists(str(path)):
+                continue  # an empty directory left by an interrupted delete
             try:
-                stored = consumer_state.decode(path.read_bytes())
-            except consumer_state.CorruptState as exc:
+                stored = consumer_state.decode(disk.read(str(path)))
+                if (stored.stream, stored.name) != (self.stream.name, name):
+                    raise consumer_state.CorruptState(
+                        f"{path} holds consumer {stored.stream} > {stored.name}"
+                    )
+            except (consumer_state.CorruptState, OSError) as exc:
                 log.error(
-                    "consumer %s of stream %s not loaded: %s", entry.name, self.stream.name, exc
+                    "consumer %s > %s is offline, its state was not loaded: %s",
+                    self.stream.name,
+                    name,
+                    exc,
                 )
-                bad.append(entry.name)
+                self.offline[name] = str(exc)
                 continue
             core = consumer_state.restore(stored)
             # Messages that left the stream while we were down are no longer pending.
             for seq in [s for s in core.state.pending if src.load(s) is None]:
                 core.apply(Dropped(seq))
             self.add(core, fresh=False)
-        return bad
+        return sorted(self.offline)
 
     async def close(self) -> None:
         """Server shutdown: stop, commit what is left (consumers stay on disk)."""

@@ -543,4 +543,11 @@ class JetStreamManager:
             ]
         if acct.offline:
             detail["offline_streams"] = dict(acct.offline)
+        consumers = {
+            name: dict(rt.consumers.offline)
+            for name, rt in sorted(acct.runtimes.items())
+            if rt.consumers.offline
+        }
+        if consumers:
+            detail["offline_consumers"] = consumers
         return detail

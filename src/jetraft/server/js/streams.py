@@ -158,9 +158,7 @@ class StreamRuntime:
 
     def start(self) -> None:
         self.subscribe()
-        bad = self.consumers.restore()
-        for name in bad:
-            log.error("stream %s: consumer %s left on disk, not loaded", self.name, name)
+        self.consumers.restore()
         self._arm_expiry()
         self._arm_lazy_timer()
 
