@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -174,7 +175,32 @@ def _names_from_subject(subject: str) -> tuple[str, str, str, str]:
     return "new", toks[4], toks[5], ".".join(toks[6:])
 
 
-def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CreatePlan:
+    """What a create request amounts to: a new consumer, or an update of ``existing``
+    (``cfg == existing config``: nothing to change)."""
+
+    stream: str
+    name: str
+    cfg: ConsumerConfig
+    existing: bool
+
+
+StreamView = Callable[[str], "tuple[StreamFacts, Mapping[str, ConsumerConfig]] | None"]
+
+
+def plan_create(
+    subject: str,
+    data: bytes,
+    stream_of: StreamView,
+    bound: Callable[[str], bool],
+    *,
+    clustered: bool = False,
+) -> CreatePlan:
+    """Validate a CREATE / DURABLE.CREATE request as nats-server does. ``stream_of(name)``
+    gives the stream's facts and its consumers' configs (None: no such stream),
+    ``bound(name)`` whether a push consumer's deliver subject has interest. Raises
+    ConsumerError with nats-server's code, in nats-server's order of checks."""
     req = decode_create_request(data)
     mode, stream_name, cname, filtered = _names_from_subject(subject)
     if stream_name != (req.stream_name or ""):
@@ -200,56 +226,42 @@ def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
         raise cerr(10137)
     if filtered and cfg.filter_subject != filtered:
         raise cerr(10131)
-    if cfg.num_replicas > 1:
+    if cfg.num_replicas > 1 and not clustered:
         raise cerr(10074)
-    cset = _consumer_set(ctx, stream_name)
-    if cset is None:
+    found = stream_of(stream_name)
+    if found is None:
         raise cerr(10059)
-    facts = cset.facts()
+    facts, configs = found
+    if clustered and cfg.num_replicas > facts.replicas:
+        raise cerr(10012, err="consumer replicas exceed stream replicas")
+    if (
+        clustered
+        and facts.retention != "limits"
+        and cfg.num_replicas
+        and cfg.num_replicas != facts.replicas
+    ):
+        raise cerr(10134)
     lookup = cfg.durable_name or cfg.name
-    existing = cset.consumers.get(lookup) if lookup else None
-    if existing is not None:
-        cfg = msgspec.structs.replace(cfg, pause_until=existing.cfg.pause_until)
+    old = configs.get(lookup) if lookup else None
+    if old is not None:
+        cfg = msgspec.structs.replace(cfg, pause_until=old.pause_until)
     cfg = apply_defaults(cfg, facts)
     validate(cfg, facts)
     action = req.action or ""
-    if existing is not None:
-        return _update_existing(existing, cfg, action, cset, facts)
+    if old is not None:
+        if action == "create" and cfg != msgspec.structs.replace(old, metadata=cfg.metadata):
+            raise cerr(10148)
+        if facts.retention == "workqueue":
+            others = [c for n, c in configs.items() if n != lookup]
+            if cfg.filters and others and not partition_unique(cfg.filters, others):
+                raise cerr(10100)
+        check_update(old, cfg, bound(lookup))
+        return CreatePlan(stream_name, lookup, cfg, True)
     if action == "update":
         raise cerr(10149)
-    return _create_new(ctx, cfg, cset, facts)
-
-
-def _update_existing(
-    existing: ConsumerHandle,
-    cfg: ConsumerConfig,
-    action: str,
-    cset: ConsumerSet,
-    facts: StreamFacts,
-) -> dict[str, Any]:
-    old = existing.cfg
-    if action == "create" and cfg != msgspec.structs.replace(old, metadata=cfg.metadata):
-        raise cerr(10148)
-    name = existing.core.name
-    if facts.retention == "workqueue":
-        others = [c.cfg for n, c in cset.consumers.items() if n != name]
-        if cfg.filters and others and not partition_unique(cfg.filters, others):
-            raise cerr(10100)
-    check_update(old, cfg, existing.deliver_bound())
-    if cfg != old:
-        existing.update_config(cfg)
-        if cset.persistent and not cfg.mem_storage:
-            existing.write_now()
-    return existing.info()
-
-
-def _create_new(
-    ctx: ApiContext, cfg: ConsumerConfig, cset: ConsumerSet, facts: StreamFacts
-) -> dict[str, Any]:
-    if 0 < facts.max_consumers <= len(cset.consumers):
+    if 0 < facts.max_consumers <= len(configs):
         raise cerr(10026)
-    others = [c.cfg for c in cset.consumers.values()]
-    check_workqueue(cfg, cfg.name, others, facts)
+    check_workqueue(cfg, cfg.name, list(configs.values()), facts)
     if cfg.durable_name:
         if len(cfg.durable_name) > MAX_NAME_LEN:
             raise cerr(10102, max=MAX_NAME_LEN)
@@ -258,11 +270,36 @@ def _create_new(
         name = cfg.name
     else:
         name = new_consumer_name()
-        while name in cset.consumers:
+        while name in configs:
             name = new_consumer_name()
     if not valid_asset_name(name):
         raise cerr(10103)
-    core = ConsumerCore(facts.name, name, cfg, ctx.now_ns())
+    return CreatePlan(stream_name, name, cfg, False)
+
+
+def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
+    sets: dict[str, ConsumerSet] = {}
+
+    def stream_of(stream: str) -> tuple[StreamFacts, Mapping[str, ConsumerConfig]] | None:
+        cset = _consumer_set(ctx, stream)
+        if cset is None:
+            return None
+        sets[stream] = cset
+        return cset.facts(), {n: c.cfg for n, c in cset.consumers.items()}
+
+    def bound(name: str) -> bool:
+        return any(c.consumers[name].deliver_bound() for c in sets.values() if name in c.consumers)
+
+    plan = plan_create(subject, data, stream_of, bound)
+    cset = sets[plan.stream]
+    if plan.existing:
+        existing: ConsumerHandle = cset.consumers[plan.name]
+        if plan.cfg != existing.cfg:
+            existing.update_config(plan.cfg)
+            if cset.persistent and not plan.cfg.mem_storage:
+                existing.write_now()
+        return existing.info()
+    core = ConsumerCore(plan.stream, plan.name, plan.cfg, ctx.now_ns())
     handle: ConsumerHandle = cset.add(core, fresh=True)
     return handle.info()
 
