@@ -47,12 +47,13 @@ def _register() -> None:
         core_cmd,
         kv_cmd,
         object_cmd,
+        server_check,
         server_cmd,
         stream_cluster,
         stream_cmd,
     )
 
-    del stream_cluster, bench_cmd, kv_cmd, object_cmd
+    del stream_cluster, server_check, bench_cmd, kv_cmd, object_cmd
     assert isinstance(cli, AliasGroup)
     for cmd, aliases in (
         (core_cmd.pub_cmd, ("publish",)),

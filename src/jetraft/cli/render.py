@@ -40,6 +40,11 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} {message}", file=sys.stderr, flush=True)
 
 
+def log_step_down(leader: str, peers: int) -> None:
+    """The line every step-down starts with, as the seeds show it."""
+    log(f'Requesting leader step down of "{leader or "<unknown>"}" in a {peers} peer RAFT group')
+
+
 def print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=False))
 

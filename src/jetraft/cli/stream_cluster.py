@@ -19,7 +19,7 @@ from jetraft.cli.conn import Api, connected, run
 from jetraft.cli.errors import CliError
 from jetraft.cli.group import group
 from jetraft.cli.options import ConnOptions, connection
-from jetraft.cli.render import log
+from jetraft.cli.render import log, log_step_down
 from jetraft.cli.stream_cmd import JSON_OPT, show_info, stream
 
 cluster = group("cluster", "Manage a clustered stream", "c", parent=stream)
@@ -72,8 +72,7 @@ def step_down_cmd(
             if not leader and not force:
                 raise CliError(f'stream "{picked}" has no current leader')
             peers = len(group_info["replicas"]) + 1
-            who = leader or "<unknown>"
-            log(f'Requesting leader step down of "{who}" in a {peers} peer RAFT group')
+            log_step_down(leader, peers)
             body: dict[str, Any] = {"placement": {"preferred": preferred}} if preferred else {}
             reply = await api.request(f"STREAM.LEADER.STEPDOWN.{picked}", body)
             if not reply.get("success"):

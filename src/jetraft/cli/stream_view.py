@@ -127,7 +127,7 @@ def _add_limits(cols: Columns, cfg: dict[str, Any]) -> None:
     cols.row("Maximum Per Subject", _unlimited(per_subject if per_subject > 0 else -1))
     cols.row("Maximum Bytes", _unlimited(cfg.get("max_bytes"), ibytes))
     max_age = int(cfg.get("max_age") or 0)
-    cols.row("Maximum Age", human_duration_ns(max_age) if max_age > 0 else "unlimited")
+    cols.row("Maximum Age", go_duration_ns(max_age) if max_age > 0 else "unlimited")
     cols.row("Maximum Message Size", _unlimited(cfg.get("max_msg_size"), ibytes))
     cols.row("Maximum Consumers", _unlimited(cfg.get("max_consumers")))
     limits = cfg.get("consumer_limits") or {}
