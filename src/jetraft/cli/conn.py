@@ -184,10 +184,14 @@ async def gather(
     replies: list[dict[str, Any]] = []
     done = asyncio.Event()
     last_at = [0.0]
+    statuses: list[str] = []
 
     async def on_msg(msg: Any) -> None:
-        if msg.headers and msg.headers.get("Status") == "503":
-            done.set()  # nobody subscribes to the subject
+        status = (msg.headers or {}).get("Status")
+        if status:
+            statuses.append(status)
+            if status == "503" and not replies:
+                done.set()  # nobody subscribes to the subject
             return
         try:
             value = json.loads(msg.data)
@@ -215,9 +219,10 @@ async def gather(
     finally:
         await sub.unsubscribe()
     if not replies:
+        why = "no responders" if "503" in statuses else f"no reply within {timeout_s:g}s"
         raise CliError(
             "no results received, ensure the account used has system privileges and "
-            f"appropriate permissions (no reply on {subject})"
+            f"appropriate permissions ({why} on {subject})"
         )
     return replies
 

@@ -7,11 +7,33 @@ error naming the flag that avoids the question.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from jetraft.cli.errors import CliError
 from jetraft.cli.render import stdin_is_tty
+
+
+def _ask(question: Any) -> Any:
+    """Runs a questionary question to its answer.
+
+    questionary starts its own event loop, which cannot nest inside the command's; when a
+    loop is running the question runs on a helper thread (the command waits for the user
+    anyway). Ctrl-C or end of input cancels.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        answer = question.ask()
+    else:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+            answer = pool.submit(question.ask).result()
+    if answer is None:
+        raise CliError("cancelled")
+    return answer
 
 
 def _read_line(question: str, avoid: str) -> str:
@@ -30,10 +52,7 @@ def select(question: str, choices: Sequence[str], avoid: str = "") -> str:
     if stdin_is_tty():
         import questionary
 
-        answer = questionary.select(question, choices=list(choices)).ask()
-        if answer is None:
-            raise CliError("cancelled")
-        return str(answer)
+        return str(_ask(questionary.select(question, choices=list(choices))))
     for i, choice in enumerate(choices, 1):
         print(f"  {i}) {choice}", file=sys.stderr)
     print(f"? {question} ", end="", file=sys.stderr, flush=True)
@@ -52,10 +71,7 @@ def confirm(question: str, avoid: str = "--force") -> bool:
     if stdin_is_tty():
         import questionary
 
-        answer = questionary.confirm(question, default=False).ask()
-        if answer is None:
-            raise CliError("cancelled")
-        return bool(answer)
+        return bool(_ask(questionary.confirm(question, default=False)))
     print(f"? {question} (y/N) ", end="", file=sys.stderr, flush=True)
     raw = _read_line(question, avoid).lower()
     print(raw, file=sys.stderr)
@@ -68,10 +84,7 @@ def yes_no(question: str, default: bool) -> bool:
         return default
     import questionary
 
-    answer = questionary.confirm(question, default=default).ask()
-    if answer is None:
-        raise CliError("cancelled")
-    return bool(answer)
+    return bool(_ask(questionary.confirm(question, default=default)))
 
 
 def text(question: str, default: str = "", required: bool = False) -> str:
@@ -83,8 +96,6 @@ def text(question: str, default: str = "", required: bool = False) -> str:
     import questionary
 
     while True:
-        answer = questionary.text(question, default=default).ask()
-        if answer is None:
-            raise CliError("cancelled")
+        answer = str(_ask(questionary.text(question, default=default)))
         if answer.strip() or not required:
             return str(answer).strip()
