@@ -53,7 +53,7 @@ def _register() -> None:
         stream_cmd,
     )
 
-    del stream_cluster, server_check, bench_cmd, kv_cmd, object_cmd
+    del stream_cluster, server_check
     assert isinstance(cli, AliasGroup)
     for cmd, aliases in (
         (core_cmd.pub_cmd, ("publish",)),
@@ -71,6 +71,10 @@ def _register() -> None:
     cli.alias("context", "ctx")
     cli.add_command(server_cmd.server)
     cli.alias("server", "srv")
+    cli.add_command(bench_cmd.bench)
+    cli.add_command(kv_cmd.kv)
+    cli.add_command(object_cmd.obj)
+    cli.alias("object", "obj")
 
 
 def main(argv: list[str]) -> int:
