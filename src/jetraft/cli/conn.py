@@ -106,7 +106,8 @@ async def connect(opts: ConnOptions) -> Client:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, nats.errors.AuthorizationError):
+    auth = "authorization violation" in str(exc).lower()
+    if auth or isinstance(exc, nats.errors.AuthorizationError):
         return "authorization violation (check the user, password, token, creds or nkey)"
     if isinstance(exc, asyncio.TimeoutError | nats.errors.TimeoutError):
         return "timed out"

@@ -125,7 +125,7 @@ def resolve(given: dict[str, Any]) -> ConnOptions:
     def pick(f: _Flag, ctx: dict[str, Any]) -> Any:
         value = given.get(f.dest)
         if value is None and f.env:
-            value = os.environ.get(f.env)
+            value = os.environ.get(f.env) or None  # an empty variable counts as unset
         if value is None and f.context_key:
             value = ctx.get(f.context_key) or None
         return value
