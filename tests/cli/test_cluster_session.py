@@ -138,7 +138,7 @@ def test_peer_remove_by_flag_and_refusals(jc: Runner) -> None:
 def test_peer_remove_choice_on_a_terminal(jc: Runner, cluster: Servers, tmp_path: Any) -> None:
     assert jc("str", "add", "TTY", "--replicas", "3", "--subjects", "tty.>", "--defaults").code == 0
     cl = wait_info(jc, "TTY", "a healthy group", healthy(3))["cluster"]
-    env = cli_env(tmp_path / "home", NATS_URL=cluster.urls, TERM="xterm")
+    env = cli_env(tmp_path / "home", NATS_URL=cluster.urls, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
     child = pexpect.spawn(
         JETRAFT,
         ["s", "cluster", "peer-remove", "TTY"],

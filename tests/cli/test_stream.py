@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from tests.cli.conftest import Runner
-from tests.cli.support import free_port
+from tests.cli.support import JETRAFT, Servers, cli_env, free_port
 
 
 def add(jr: Runner, name: str, *extra: str) -> None:
@@ -209,3 +209,46 @@ def test_user_mistakes_are_one_line(jr: Runner) -> None:
     )
     timeout = jr("stream", "ls", "--timeout", "soon")
     assert timeout.code == 2 and "--timeout: invalid duration 'soon'" in timeout.err
+
+
+def test_add_asks_on_a_terminal(jr: Runner, single: Servers, tmp_path: Path) -> None:
+    import pexpect
+
+    env = cli_env(tmp_path / "home", NATS_URL=single.urls, TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1")
+    child = pexpect.spawn(
+        JETRAFT,
+        ["str", "add", "ASKED2", "--max-msgs", "9"],
+        env=env,
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(24, 120),
+    )
+    answers = [
+        ("Subjects", "\x15asked2.>\r"),  # Ctrl-U clears the suggested default first
+        ("Storage", "\x15memory\r"),
+        ("Replication", "\r"),
+        ("Retention Policy", "\r"),
+        ("Discard Policy", "\x15new\r"),
+        ("Per Subject Messages Limit", "\r"),
+        ("Total Stream Size", "\x151MB\r"),
+        ("Message TTL", "\x151h\r"),
+        ("Max Message Size", "\r"),
+        ("Duplicate tracking time window", "\r"),
+        ("Allow message Roll-ups", "y"),
+        ("Allow message deletion", "n"),
+        ("Allow purging subjects or the entire stream", "\r"),
+    ]
+    try:
+        for question, keys in answers:
+            child.expect(question)
+            child.send(keys)
+        child.expect("Information for Stream ASKED2 created")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    cfg = jr("s", "info", "ASKED2", "-j").json()["config"]
+    assert cfg["subjects"] == ["asked2.>"] and cfg["storage"] == "memory"
+    assert (cfg["discard"], cfg["max_bytes"], cfg["max_age"]) == ("new", 1024**2, 3600 * 10**9)
+    assert cfg["max_msgs"] == 9  # given as a flag: not asked
+    assert (cfg["allow_rollup_hdrs"], cfg["deny_delete"], cfg["deny_purge"]) == (True, True, False)
