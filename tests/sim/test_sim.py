@@ -29,6 +29,25 @@ def test_seeds(nodes: int, start: int) -> None:
     assert not failures, "\n".join(failures)
 
 
+# Seeds that once failed, kept so that their bug stays fixed (see each comment).
+REGRESSIONS = [
+    # A damaged replica restored a snapshot older than entries it had acknowledged in
+    # this term, losing them; the leader never resent them (liveness).
+    # Transcript: tests/raft/scenarios/corrupt_snapshot_keeps_acked.txt
+    (10001765, 3),
+    (10006130, 3),
+    (20003380, 5),
+]
+
+
+@pytest.mark.parametrize(("seed", "nodes"), REGRESSIONS,
+                         ids=[f"seed{s}-{n}nodes" for s, n in REGRESSIONS])
+def test_regression_seeds(seed: int, nodes: int) -> None:
+    res = run_seed(seed, SimConfig(nodes=nodes))
+    assert res.ok, f"{res.error}\n  replay: {res.replay_command()}"
+    assert res.stats["corruptions"] > 0
+
+
 def test_a_seed_replays_exactly() -> None:
     lines_a: list[str] = []
     lines_b: list[str] = []

@@ -484,8 +484,9 @@ class Stream:
             return OpResult(False, 0, E.msg_delete_failed("message delete not permitted"))
         if e.seq <= 0 or e.seq > self.last_seq:
             return OpResult(False, 0, E.msg_delete_failed("stream store EOF"))
-        # no_erase asks nats-server to skip overwriting the bytes on disk; removal is the same.
-        if not self.store.remove(e.seq):
+        # Secure erase (the default) also overwrites the message's bytes on disk.
+        removed = self.store.remove(e.seq) if e.no_erase else self.store.erase(e.seq)
+        if not removed:
             if e.seq < self.store.bounds()[0]:
                 return OpResult(False, 0, E.msg_delete_failed("no message found"))
             return OpResult(False, 0, E.api_error(10043, seq=e.seq))
@@ -568,6 +569,16 @@ class Stream:
         return due
 
     # --- recovery --------------------------------------------------------------------------
+
+    def reload(self, config: StreamConfig) -> None:
+        """The store's content was replaced (a replica installed a snapshot): take the
+        snapshot's config and rebuild what lives beside the store."""
+        self.config = config
+        self.store.update_limits(limits_of(config))
+        self._dedupe.clear()
+        self.last_msg_id = ""
+        self._ttl_heap = []
+        self.recover()
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the

@@ -168,6 +168,7 @@ def _fields(msg: Message) -> tuple[Any, ...]:
             list(mem.voters),
             list(mem.learners),
             msg.snapshot.data,
+            mem.size,
         )
     return (_TIMEOUT,)
 
@@ -210,8 +211,9 @@ def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
         granted, pre_vote = rest
         return VoteResponse(term, frm, to, granted, pre_vote)
     if code == _SNAP:
-        index, sterm, voters, learners, sdata = rest
-        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners)))
+        index, sterm, voters, learners, sdata, *more = rest
+        size = int(more[0]) if more else 0
+        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners), size))
         return InstallSnapshot(term, frm, to, Snapshot(meta, bytes(sdata)))
     if code == _TIMEOUT:
         return TimeoutNow(term, frm, to)

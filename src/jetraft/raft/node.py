@@ -80,6 +80,7 @@ class RaftNode:
         learners: Sequence[str] = (),
         snapshot_entries: int = 8192,
         keep_entries: int = 1024,
+        bootstrap_size: int = 0,
     ) -> None:
         """`wal` and `recovered` come from `Wal.open`; without `recovered` the log is new.
         Every `snapshot_entries` applied entries the state machine is snapshotted and the
@@ -93,10 +94,14 @@ class RaftNode:
         self.keep_entries = keep_entries
         rng = rng or random.Random()
         if recovered is None:
-            self.core = RaftCore(node_id, core_config, rng, peers=peers, learners=learners)
+            self.core = RaftCore(
+                node_id, core_config, rng, peers=peers, learners=learners,
+                bootstrap_size=bootstrap_size,
+            )
         else:
             self.core = core_from_recovered(
-                node_id, core_config, rng, recovered, peers=peers, learners=learners
+                node_id, core_config, rng, recovered, peers=peers, learners=learners,
+                bootstrap_size=bootstrap_size,
             )
             if recovered.snapshot is not None:
                 state_machine.restore(recovered.snapshot.data)
@@ -144,6 +149,10 @@ class RaftNode:
         """Called by the transport for each message addressed to this node."""
         self._inbox.append(msg)
         self._wake.set()
+
+    def set_bootstrap_peers(self, peers: Sequence[str]) -> None:
+        """The servers a group that is still bootstrapping may ask for votes."""
+        self.core.set_bootstrap_peers(peers)
 
     def subscribe(self, callback: Callable[[SoftState], None]) -> None:
         """callback(soft_state) on each change of leader, role or term."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .membership import quorum
 from .messages import (
     AppendEntries,
     AppendResponse,
@@ -143,7 +142,10 @@ def maybe_commit(core: RaftCore) -> bool:
     if not voters:
         return False
     matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
-    mci = matches[quorum(len(voters)) - 1]
+    q = core.membership.quorum()
+    if q > len(matches):
+        return False  # fewer voters known than a quorum of the cluster's size
+    mci = matches[q - 1]
     log = core.log
     if mci <= log.committed or log.term(mci) != core.term:
         return False
@@ -205,9 +207,14 @@ def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
 def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
     log = core.log
     meta = m.snapshot.meta
+    # A damaged log is trusted only as far as this term's leader verified it. Where it
+    # verified past the snapshot, keep the log: restoring would drop entries we have
+    # acknowledged in this term, the leader would go on counting them as ours (its match
+    # index never goes back on a success), and they would never be sent again.
+    trusted = not core.corrupt or core.verified >= meta.index
     if meta.index <= log.committed:
         index = log.committed
-    elif not core.corrupt and log.match_term(meta.index, meta.term):
+    elif trusted and log.match_term(meta.index, meta.term):
         log.commit_to(meta.index)  # we have the entries: no need to restore
         index = meta.index
     else:

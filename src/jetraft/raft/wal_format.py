@@ -163,15 +163,23 @@ def find_next_valid(data: bytes, start: int) -> int | None:
 # --------------------------------------------------------------------------------------------
 # Snapshot files
 
-SNAP_MAGIC = b"JRSNAP01"
-_SNAP_FIXED = struct.Struct("<QQHH")
+SNAP_MAGIC = b"JRSNAP02"  # 02 adds the membership's cluster size; 01 files still load
+SNAP_MAGIC_01 = b"JRSNAP01"
+_SNAP_FIXED = struct.Struct("<QQHHI")
+_SNAP_FIXED_01 = struct.Struct("<QQHH")
 _U16 = struct.Struct("<H")
 
 
 def encode_snapshot(snap: Snapshot) -> bytes:
     m = snap.meta
     parts = [
-        _SNAP_FIXED.pack(m.index, m.term, len(m.membership.voters), len(m.membership.learners))
+        _SNAP_FIXED.pack(
+            m.index,
+            m.term,
+            len(m.membership.voters),
+            len(m.membership.learners),
+            m.membership.size,
+        )
     ]
     for node_id in (*m.membership.voters, *m.membership.learners):
         raw = node_id.encode()
@@ -185,15 +193,21 @@ def encode_snapshot(snap: Snapshot) -> bytes:
 def decode_snapshot(data: bytes) -> Snapshot | str:
     """The snapshot in ``data``, or why it is not a valid snapshot file."""
     head = len(SNAP_MAGIC) + CRC_BYTES
-    if len(data) < head + _SNAP_FIXED.size:
+    magic = data[: len(SNAP_MAGIC)]
+    fixed = _SNAP_FIXED if magic == SNAP_MAGIC else _SNAP_FIXED_01
+    if len(data) < head + fixed.size:
         return "snapshot file too short"
-    if data[: len(SNAP_MAGIC)] != SNAP_MAGIC:
+    if magic not in (SNAP_MAGIC, SNAP_MAGIC_01):
         return "bad snapshot magic"
     (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
     if _crc32(memoryview(data)[head:]) != crc:
         return "snapshot checksum mismatch"
-    index, term, n_voters, n_learners = _SNAP_FIXED.unpack_from(data, head)
-    pos = head + _SNAP_FIXED.size
+    if fixed is _SNAP_FIXED:
+        index, term, n_voters, n_learners, cluster_size = fixed.unpack_from(data, head)
+    else:
+        index, term, n_voters, n_learners = fixed.unpack_from(data, head)
+        cluster_size = 0
+    pos = head + fixed.size
     ids: list[str] = []
     for _ in range(n_voters + n_learners):
         if pos + _U16.size > len(data):
@@ -207,5 +221,5 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
         except UnicodeDecodeError:
             return "snapshot member id is not utf-8"
         pos += size
-    membership = Membership(voters=tuple(ids[:n_voters]), learners=tuple(ids[n_voters:]))
+    membership = Membership(tuple(ids[:n_voters]), tuple(ids[n_voters:]), cluster_size)
     return Snapshot(meta=SnapshotMeta(index, term, membership), data=data[pos:])

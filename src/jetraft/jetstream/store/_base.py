@@ -163,6 +163,14 @@ class BaseStore:
         self._check()
         return self._remove(seq)
 
+    def erase(self, seq: int) -> bool:
+        """Memory: the same as ``remove`` (the file store also overwrites the bytes)."""
+        return self.remove(seq)
+
+    @property
+    def deferred_work(self) -> bool:
+        return False
+
     def _compact(self, seq: int) -> int:
         n = self._ix.compact(seq)
         self._compacted()

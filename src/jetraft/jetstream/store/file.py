@@ -541,7 +541,7 @@ class FileStore(BaseStore):
             target._apply_snapshot(chunks)
             target.close()
         except BaseException:
-            target._abandon()
+            target.abandon()
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         done = os.open(os.path.join(tmp, RESTORE_DONE), os.O_WRONLY | os.O_CREAT, 0o644)
@@ -559,8 +559,8 @@ class FileStore(BaseStore):
         os.close(self._wfd)
         self._rcache = None
 
-    def _abandon(self) -> None:
-        """Close without writing anything more (used on a failed restore)."""
+    def abandon(self) -> None:
+        """Close without writing anything more (a failed restore, a deleted stream)."""
         if not self._closed:
             self._closed = True
             self._close_files()

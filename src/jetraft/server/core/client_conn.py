@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
+from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
-from jetraft.server.auth import Account, Permissions, User
-
-if TYPE_CHECKING:
-    from jetraft.server.server import Server
+from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.auth import Authenticator, Permissions, User
+from jetraft.server.core.router import Router
 
 log = logging.getLogger("jetraft.client")
 
@@ -23,22 +24,44 @@ log = logging.getLogger("jetraft.client")
 _FLUSH_BYTES = 256 * 1024
 
 
-class Subscription:
-    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "subject")
+@dataclass(slots=True)
+class ServerStats:
+    slow_consumers: int = 0
+    total_connections: int = 0
+    auth_failures: int = 0
 
-    def __init__(self, conn: ClientConnection, subject: str, queue: str | None, sid: str) -> None:
-        self.conn = conn
-        self.subject = subject
-        self.queue = queue
-        self.sid = sid
-        self.delivered = 0
-        self.max_msgs = 0  # 0: no auto-unsubscribe
+
+class ClientHost(Protocol):
+    """What a client connection needs from its server (``server.Server`` provides it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    def client_opened(self, conn: ClientConnection) -> None: ...
+
+    def client_bound(self, conn: ClientConnection) -> None: ...
+
+    def client_closed(self, conn: ClientConnection) -> None: ...
 
 
 class ClientConnection(asyncio.Protocol):
     """The server's side of one client. Created by the listener, owned by the Server."""
 
-    def __init__(self, server: Server, cid: int) -> None:
+    is_route = False
+
+    def __init__(self, server: ClientHost, cid: int) -> None:
         self.server = server
         self.cid = cid
         opts = server.config
@@ -51,6 +74,7 @@ class ClientConnection(asyncio.Protocol):
         self.connected = False  # CONNECT accepted
         self.closed = False
         self.echo = True
+        self.protocol = 0  # 1: understands async INFO (cluster changes, lame duck mode)
         self.verbose = False
         self.pedantic = False
         self.headers = False
@@ -68,7 +92,7 @@ class ClientConnection(asyncio.Protocol):
         self._out_bytes = 0
         self._max_pending = opts.max_pending
         self._call_soon = server.loop.call_soon
-        self._route = server.route_message
+        self._route = server.router.route_message
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self._flush_scheduled = False
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
@@ -208,6 +232,7 @@ class ClientConnection(asyncio.Protocol):
         protocol = o.get("protocol", 0)
         if not isinstance(protocol, int) or not 0 <= protocol <= 1:
             raise proto.ProtocolError("invalid client protocol")
+        self.protocol = protocol
         self.verbose = bool(o.get("verbose", False))
         self.pedantic = bool(o.get("pedantic", False))
         self.echo = bool(o.get("echo", True))
@@ -291,7 +316,7 @@ class ClientConnection(asyncio.Protocol):
         if self.verbose:
             # Acknowledged before delivery, as nats-server does (a self-subscriber sees +OK first).
             self.enqueue(proto.OK_FRAME)
-        self.server.route_message(self, self.account, subject, reply, hdr, payload)
+        self._route(self, self.account, subject, reply, hdr, payload)
 
     def _response_ok(self, subject: str) -> bool:
         entry = self._resp_allowed.get(subject)
@@ -383,7 +408,7 @@ class ClientConnection(asyncio.Protocol):
             return
         sub = Subscription(self, subject, queue, sid)
         self.subs[sid] = sub
-        self.server.add_subscription(self.account, sub)
+        self.server.router.add_subscription(self.account, sub)
         if self.verbose:
             self.enqueue(proto.OK_FRAME)
 
@@ -399,7 +424,7 @@ class ClientConnection(asyncio.Protocol):
 
     def remove_sub(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
-            self.server.remove_subscription(self.account, sub)
+            self.server.router.remove_subscription(self.account, sub)
 
     def remove_all_subs(self) -> None:
         for sub in list(self.subs.values()):

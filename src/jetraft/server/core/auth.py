@@ -8,35 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
 import bcrypt
 
 from jetraft.config import ServerConfig
 from jetraft.protocol.subjects import filters_overlap, is_subset, subject_matches
-from jetraft.server.sublist import SubList
-
-if TYPE_CHECKING:
-    from jetraft.server.client_conn import Subscription
-
-GLOBAL_ACCOUNT = "$G"
-
-
-@dataclass(slots=True)
-class AccountStats:
-    in_msgs: int = 0
-    in_bytes: int = 0
-    out_msgs: int = 0
-    out_bytes: int = 0
-
-
-@dataclass(eq=False, slots=True)
-class Account:
-    name: str
-    sublist: SubList[Subscription] = field(default_factory=SubList)
-    stats: AccountStats = field(default_factory=AccountStats)
-    num_connections: int = 0
+from jetraft.server.core.accounts import GLOBAL_ACCOUNT, Account
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +89,14 @@ class Authenticator:
         self.no_auth_user = cfg.no_auth_user or ""
         if self.no_auth_user and self.no_auth_user not in self.users:
             raise ValueError(f"no_auth_user {self.no_auth_user!r} is not a configured user")
+        # nats-server's reading of the seeds' config: when the only users are the system
+        # account's (no other account, no authorization block, no no_auth_user), a client
+        # without credentials lands in the global account; credentials are still checked.
+        self.anonymous_global = (
+            set(self.accounts) == {GLOBAL_ACCOUNT, self.system_account_name}
+            and auth is None
+            and not self.no_auth_user
+        )
 
     @property
     def required(self) -> bool:
@@ -140,6 +127,8 @@ class Authenticator:
             return user if self._check(user.password, password) else None
         if self.no_auth_user and not token:
             return self.users[self.no_auth_user]
+        if self.anonymous_global and token is None and not name:
+            return self.global_account()
         return None
 
     def _check(self, secret: str, given: str) -> bool:

@@ -3,16 +3,19 @@ expiry timers, and the bridge to its consumers.
 
 Publish path: a message on one of the stream's subjects becomes a ``StoreMsg`` entry stamped
 with the proposer's clock and goes through ``propose`` (today: applied at once, so the next
-publish already sees its effect on expected-sequence checks and dedupe). What happens to the
-PubAck depends on durability:
+publish already sees its effect on expected-sequence checks and dedupe). Every change goes
+through ``propose``, which touches the stream's ``CommitQueue`` (see ``commit``); the PubAck,
+and any API answer that confirms a change, waits for the queue:
 
-* durable (file storage, ``sync_interval`` 0, persist_mode default): the PubAck is held until
-  an fsync that covers the message has returned. The fsync runs in a worker thread (see
-  ``js_store_glue.prepare_sync``), one at a time per stream; everything applied while one
-  runs is covered by the next (group commit), so one fsync serves every message of a loop
-  turn and async publishers keep their throughput.
-* lazy (memory storage, ``sync_interval`` > 0, persist_mode async): the PubAck goes out at
-  once; file data is written to the OS every loop turn and fsync'd on the interval timer.
+* durable (file storage, ``sync_interval`` 0, persist_mode default): until an fsync that
+  covers the change returned. The fsync runs in a worker thread (``store_glue.prepare_sync``),
+  one at a time per stream; everything applied meanwhile is covered by the next one (group
+  commit), so one fsync serves every message of a loop turn and async publishers keep their
+  throughput.
+* lazy (``sync_interval`` > 0 or persist_mode async): until the data was handed to the OS
+  (a process crash loses nothing acknowledged; a power loss may lose the interval); fsync
+  rounds run on the interval timer, in the worker thread too.
+* memory storage: at once.
 
 Every answer to a publisher (errors and duplicates too) goes through the same queue, so a
 publisher never learns about message n+1 before message n is durable.
@@ -21,12 +24,13 @@ publisher never learns about message n+1 before message n is durable.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import functools
 import logging
+import random
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.consumer_config import StreamFacts
@@ -41,46 +45,55 @@ from jetraft.jetstream.stream import (
     StoreMsg,
     Stream,
 )
-from jetraft.server.internal import InternalClient
-from jetraft.server.js_consumers import ConsumerEnv, StreamConsumers
-from jetraft.server.js_store_glue import CONSUMERS_DIR, prepare_sync
-
-if TYPE_CHECKING:
-    from jetraft.server.jetstream import JsAccount
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.commit import CommitQueue, Prepared, note_job
+from jetraft.server.js.consumers import ConsumerEnv, StreamConsumers
+from jetraft.server.js.store_glue import CONSUMERS_DIR, prepare_sync, remove_stream_dir
 
 log = logging.getLogger("jetraft.js.streams")
-
-# Worker threads for fsyncs: syncs of one stream never overlap; a few threads let streams on
-# the same disk sync side by side without an unbounded pile of them.
-_SYNC_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="js-sync")
-
 
 def now_ns() -> int:
     return time.time_ns()
 
 
+class StreamHost(Protocol):
+    """The account a stream runs in (``manager.JsAccount`` provides it)."""
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def account(self) -> Account: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def sync_interval_ns(self) -> int: ...
+
+
 class StreamRuntime:
     """The asyncio side of one ``Stream``."""
 
-    def __init__(self, acct: JsAccount, stream: Stream, stream_dir: Path | None) -> None:
+    def __init__(self, acct: StreamHost, stream: Stream, stream_dir: Path | None) -> None:
         self.acct = acct
         self._stream = stream
         self.stream_dir = stream_dir
         self.loop = asyncio.get_running_loop()
-        server = acct.server
-        self.client = InternalClient(server, acct.account, f"stream {stream.name}")
+        self.client = InternalClient(acct.router, acct.account, f"stream {stream.name}")
         # Consumers observe the stream themselves; their set doubles as the stream's
         # retention registry, and their "no longer needed" comes back through our propose.
-        self.consumers = StreamConsumers(ConsumerEnv(server, acct.account, acct.rng), self)
+        self.consumers = StreamConsumers(ConsumerEnv(acct.router, acct.account, acct.rng), self)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
         stream.add_observer(self)
         self.closed = False
-        self.durable = self._must_sync()
-        self._acks: list[PubAck] = []  # waiting for the next sync
-        self._inflight: list[PubAck] = []  # covered by the sync running now
-        self._commit_scheduled = False
-        self._syncing = False
-        self._dirty = False
+        self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit)
+        self._persisted = False
+        self.durable = False
+        self._update_mode()
+        self._expiry_scheduled = False
         self._lazy_timer: asyncio.TimerHandle | None = None
         self._expire_timer: asyncio.TimerHandle | None = None
         self._expire_due_ns = 0
@@ -121,20 +134,25 @@ class StreamRuntime:
         if self.stream.config.retention != "limits" and not self.closed:
             self.propose(ConsumerAck(seq))
 
-    def _must_sync(self) -> bool:
-        """Must a PubAck wait for fsync? (cached in ``durable``; see ``config_changed``)"""
+    def _update_mode(self) -> None:
+        """Durable (fsync before answering), lazy (write before answering, fsync on the
+        timer) or memory (answer at once); see the module doc."""
         cfg = self.stream.config
-        return (
-            cfg.storage == "file"
-            and self.stream_dir is not None
+        self._persisted = cfg.storage == "file" and self.stream_dir is not None
+        self.durable = (
+            self._persisted
             and self.acct.sync_interval_ns == 0
             and cfg.persist_mode != "async"
         )
+        lazy = self._persisted and not self.durable
+        self.commits.set_write(self._write_out if lazy else None)
 
     def config_changed(self) -> None:
         """After an UpdateConfig: re-subscribe and refresh what depends on the config."""
-        self.durable = self._must_sync()
+        self._update_mode()
         self.subscribe()
+        if self._lazy_timer is None:
+            self._arm_lazy_timer()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -152,47 +170,63 @@ class StreamRuntime:
         for subject in self.stream.config.subjects:
             self.client.subscribe(subject, self._on_publish)
 
-    def close(self) -> None:
-        """Server shutdown: stop taking messages, flush what was acked, keep data."""
+    def _stop_intake(self) -> None:
+        self.closed = True
+        self.client.close()
+        for timer in (self._lazy_timer, self._expire_timer):
+            if timer is not None:
+                timer.cancel()
+        self.stream.remove_observer(self)
+
+    async def close(self) -> None:
+        """Server shutdown: stop taking messages, let the running fsync finish, commit what
+        is left and answer everyone waiting, keep the data."""
         if self.closed:
             return
-        self.closed = True
-        self.client.close()
-        self.consumers.close()
-        for timer in (self._lazy_timer, self._expire_timer):
-            if timer is not None:
-                timer.cancel()
-        self.stream.remove_observer(self)
+        self._stop_intake()
+        await self.consumers.close()
+        await self.commits.drain()
         try:
-            self.store.flush()
-            self.store.sync()
+            self.store.close()
         except Exception as exc:
-            log.error("stream %s: final sync failed: %s", self.name, exc)
-        else:
-            # Everything is on disk now, including what the running sync was covering.
-            self._send_acks(self._inflight + self._acks)
-        self._acks = self._inflight = []
-        self.store.close()
+            log.error("stream %s: closing the store failed: %s", self.name, exc)
 
-    def delete(self) -> None:
-        """STREAM.DELETE: stop, tell consumers, and drop the store's data."""
-        self.closed = True
-        self.client.close()
+    def delete(self) -> asyncio.Future[None]:
+        """STREAM.DELETE: stop, end the consumers, and remove the stream's files durably.
+        The returned future (also noted for the request being answered) completes once the
+        removal is durable and fails if it could not be done."""
+        self._stop_intake()
         self.consumers.stream_deleted()
-        for timer in (self._lazy_timer, self._expire_timer):
-            if timer is not None:
-                timer.cancel()
-        self.stream.remove_observer(self)
-        self._acks = []
-        self.store.delete()
+        return note_job(self._remove(), f"deleting stream {self.name}")
+
+    async def _remove(self) -> None:
+        await self.consumers.abandon()
+        await self.commits.abandon()
+        self.store.abandon()
+        if self.stream_dir is not None:
+            await self.loop.run_in_executor(None, remove_stream_dir, self.stream_dir)
 
     # --- proposing ---------------------------------------------------------------------------
 
     def propose(self, entry: Entry) -> Result:
-        """The seam where RAFT slots in; on one server the entry is applied right away."""
-        result = self.stream.apply(entry)
-        self._schedule_commit()
-        return result
+        """The seam where RAFT slots in; on one server the entry is applied right away and
+        the commit queue makes it durable (answers that confirm it wait for the queue)."""
+        try:
+            return self.stream.apply(entry)
+        finally:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._persisted:
+            self.commits.touch()
+        if not self._expiry_scheduled and not self.closed:
+            self._expiry_scheduled = True
+            self.loop.call_soon(self._after_turn)
+
+    def _after_turn(self) -> None:
+        self._expiry_scheduled = False
+        if not self.closed:
+            self._arm_expiry()
 
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if self.closed:
@@ -209,101 +243,47 @@ class StreamRuntime:
             result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
         if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
             return
-        if self.durable:
-            self._acks.append(result)
-            # propose() schedules the commit, unless it raised: the answer must still go.
-            self._schedule_commit()
+        if self._persisted:
+            self.commits.after_durable(functools.partial(self._answer, result))
         else:
             self.client.publish(reply, result.body())
 
-    # --- group commit ------------------------------------------------------------------------
-
-    def _schedule_commit(self) -> None:
-        self._dirty = True
-        if not self._commit_scheduled and not self.closed:
-            self._commit_scheduled = True
-            self.loop.call_soon(self._commit)
-
-    def _commit(self) -> None:
-        """Once per loop turn after changes: write out, and (durable) start a sync that
-        covers everything applied so far, unless one is running (it re-checks when done)."""
-        self._commit_scheduled = False
-        if self.closed:
+    def _answer(self, ack: PubAck, exc: BaseException | None) -> None:
+        if exc is None:
+            self.client.publish(ack.reply, ack.body())
             return
-        self._arm_expiry()
+        # The data may not be durable: tell the publisher it failed (it retries; dedupe by
+        # Nats-Msg-Id makes the retry safe).
+        failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
+        self.client.publish(ack.reply, failed.body())
+
+    # --- commits -----------------------------------------------------------------------------
+
+    def _prepare_commit(self) -> Prepared:
+        """On the loop: write everything out and return the fsync for a worker thread."""
         store = self.store
-        if not self.durable:
-            try:
-                store.flush()
-            except Exception as exc:
-                log.error("stream %s: write failed: %s", self.name, exc)
-            self._dirty = False
-            return
-        if self._syncing:
-            return
-        acks, self._acks = self._acks, []
-        if not acks and not self._dirty:
-            return
-        self._dirty = False
-        try:
-            work = prepare_sync(store)
-        except Exception as exc:
-            log.error("stream %s: sync failed: %s", self.name, exc)
-            self._fail_acks(acks, exc)
-            return
-        if work is None:  # nothing left to make durable
-            self._send_acks(acks)
-            return
-        self._syncing = True
-        self._inflight = acks
-        fut = self.loop.run_in_executor(_SYNC_POOL, work)
-        fut.add_done_callback(lambda f: self._synced(f, acks))
+        work = prepare_sync(store)
+        return Prepared(work, complete=not store.deferred_work)
 
-    def _synced(self, fut: asyncio.Future[None], acks: list[PubAck]) -> None:
-        self._syncing = False
-        self._inflight = []
-        exc = fut.exception() if not fut.cancelled() else asyncio.CancelledError()
-        if exc is not None:
-            log.error("stream %s: fsync failed: %s", self.name, exc)
-            self._fail_acks(acks, exc)
-        elif not self.closed:
-            self._send_acks(acks)
-        if (self._acks or self._dirty) and not self.closed:
-            self._commit_scheduled = True
-            self.loop.call_soon(self._commit)
-
-    def _send_acks(self, acks: Sequence[PubAck]) -> None:
-        publish = self.client.publish
-        for ack in acks:
-            publish(ack.reply, ack.body())
-
-    def _fail_acks(self, acks: Sequence[PubAck], exc: BaseException) -> None:
-        """The data may not be durable: tell publishers it failed (they retry; dedupe by
-        Nats-Msg-Id makes the retry safe)."""
-        for ack in acks:
-            failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
-            self.client.publish(ack.reply, failed.body())
+    def _write_out(self) -> None:
+        """Lazy mode: hand what was applied to the OS (survives a process crash)."""
+        self.store.flush()
 
     def _arm_lazy_timer(self) -> None:
         interval = self.acct.sync_interval_ns
-        if self.closed or self.stream_dir is None or self.stream.config.storage != "file":
-            return
-        if interval <= 0 and self.stream.config.persist_mode != "async":
+        if self.closed or not self._persisted or self.durable:
             return
         delay_s = interval / 1e9 if interval > 0 else 1.0
         self._lazy_timer = self.loop.call_later(delay_s, self._lazy_sync)
 
     def _lazy_sync(self) -> None:
-        """Lazy mode: nothing waits for this sync, so it runs on the loop (one fsync per
-        interval), keeping the store single-threaded."""
+        """Lazy mode: nothing waits for this fsync; it runs in a worker thread like every
+        other commit."""
         self._lazy_timer = None
         if self.closed:
             return
-        try:
-            if self.store.needs_sync:
-                self.store.sync()
-        except Exception as exc:
-            log.error("stream %s: fsync failed: %s", self.name, exc)
+        if self.store.needs_sync or self.store.deferred_work:
+            self.commits.sync_soon()
         self._arm_lazy_timer()
 
     # --- expiry ------------------------------------------------------------------------------
@@ -333,7 +313,7 @@ class StreamRuntime:
         pass
 
     def on_removed(self, seqs: Sequence[int]) -> None:
-        self._schedule_commit()
+        self._changed()
 
     def on_purged(self, first_seq: int, filter_subject: str) -> None:
-        self._schedule_commit()
+        self._changed()
