@@ -45,7 +45,11 @@ accounts {{
   }}
   APP {{
     jetstream: enabled
-    users = [ {{ user: "app", password: "app" }} ]
+    users = [
+      {{ user: "app", password: "app" }}
+      {{ user: "reader", password: "reader",
+         permissions: {{ publish: {{ deny: ["$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.DELETE.>"] }} }} }}
+    ]
   }}
 }}
 no_auth_user: app

@@ -104,3 +104,15 @@ def test_server_command_still_runs_servers(jr: Runner) -> None:
     # `jetraft server -c FILE` is the server; only the admin verbs after `server` are the CLI.
     r = jr("server", "-c", "/nonexistent/jetraft.conf")
     assert r.code == 1 and "configuration error" in r.err
+
+
+def test_missing_permission_is_named(single: Servers, tmp_path: Path) -> None:
+    jr = make_runner(tmp_path / "home", single.urls)
+    creds = ["--user", "reader", "--password", "reader", "--timeout", "2s"]
+    assert jr("stream", "ls", *creds).code == 0
+    r = jr("stream", "add", "DENIED", "--subjects", "denied", "--defaults", *creds)
+    assert r.code == 1
+    assert r.err.strip() == (
+        "jetraft: error: could not create stream DENIED: permission denied: "
+        'this user may not publish to "$JS.API.STREAM.CREATE.DENIED"'
+    )

@@ -11,6 +11,7 @@ import contextlib
 import json
 import ssl
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -25,6 +26,20 @@ T = TypeVar("T")
 
 # nats-py's type; the library ships no stubs the project checks against.
 Client = Any
+
+# Asynchronous errors each connection reported (nats-py only calls back for permission
+# violations), so a request that timed out can say it was refused instead.
+_ASYNC_ERRORS: weakref.WeakKeyDictionary[Any, list[BaseException]] = weakref.WeakKeyDictionary()
+
+
+def permission_denied(nc: Client, subject: str) -> bool:
+    """Whether the server reported a permissions violation for publishing to ``subject``
+    (nats-py hands the error text over lower-cased)."""
+    for exc in _ASYNC_ERRORS.get(nc, []):
+        text = str(exc).lower()
+        if "permissions violation" in text and f'"{subject.lower()}"' in text:
+            return True
+    return False
 
 
 def run(coro: Awaitable[T]) -> T:
@@ -97,12 +112,14 @@ async def connect(opts: ConnOptions) -> Client:
         kwargs["tls"] = tls
         kwargs["tls_handshake_first"] = opts.tlsfirst
     try:
-        return await nats.connect(**kwargs)
+        nc = await nats.connect(**kwargs)
     except nats.errors.NoServersError:
         why = _describe(last[-1]) if last else "no server answered"
         raise CliError(f"could not connect to {opts.server_label}: {why}") from None
     except (TimeoutError, nats.errors.Error, OSError) as exc:
         raise CliError(f"could not connect to {opts.server_label}: {_describe(exc)}") from None
+    _ASYNC_ERRORS[nc] = last
+    return nc
 
 
 def _describe(exc: BaseException) -> str:
@@ -148,6 +165,10 @@ class Api:
                 f"(no reply on {full})"
             ) from None
         except nats.errors.TimeoutError:
+            if permission_denied(self.nc, full):
+                raise CliError(
+                    f'permission denied: this user may not publish to "{full}"'
+                ) from None
             raise CliError(
                 f"timed out after {self.timeout_s:g}s waiting for a reply on {full}"
             ) from None
