@@ -48,7 +48,7 @@ accounts {{
     users = [
       {{ user: "app", password: "app" }}
       {{ user: "reader", password: "reader",
-         permissions: {{ publish: {{ deny: ["$JS.API.STREAM.CREATE.>", "$JS.API.STREAM.DELETE.>"] }} }} }}
+         permissions: {{ publish: {{ deny: ["$JS.API.STREAM.CREATE.>"] }} }} }}
     ]
   }}
 }}
