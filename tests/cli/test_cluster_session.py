@@ -232,6 +232,13 @@ def test_server_ls_and_report_with_system_credentials(jc: Runner) -> None:
     per_server = jc("server", "report", "js", *SYS_FLAGS, "-j").json()
     assert {r["server"]["name"] for r in per_server} == NODES
 
+    varz = jc("server", "request", "variables", *SYS_FLAGS).json()
+    assert {r["server"]["name"] for r in varz} == NODES
+    one = jc("server", "req", "jetstream", "--name", "n2-c1", *SYS_FLAGS).json()
+    assert [r["server"]["name"] for r in one] == ["n2-c1"]
+    ping = jc("server", "ping", *SYS_FLAGS)
+    assert ping.code == 0 and {m for m in re.findall(r"^(n\d-c1)\s+rtt=", ping.out, re.M)} == NODES
+
     denied = jc("server", "ls")
     assert denied.code == 1
     assert denied.err.strip().startswith(

@@ -21,7 +21,7 @@ from jetraft.cli.options import add_flags
 # Sub-commands of `jetraft server` that administer servers; anything else after `server`
 # (flags, nothing) starts a server, as `jetraft server -c FILE` always has.
 SERVER_ADMIN_COMMANDS = frozenset(
-    {"ls", "list", "report", "cluster", "raft", "r", "check", "ping", "request", "req", "info"}
+    {"ls", "list", "report", "cluster", "raft", "r", "check", "ping", "request", "req"}
 )
 
 

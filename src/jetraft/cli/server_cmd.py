@@ -268,6 +268,77 @@ def _meta_report(replies: list[dict[str, Any]]) -> None:
     table.print()
 
 
+_KINDS = {
+    "variables": "VARZ",
+    "varz": "VARZ",
+    "connections": "CONNZ",
+    "connz": "CONNZ",
+    "routes": "ROUTEZ",
+    "routez": "ROUTEZ",
+    "subscriptions": "SUBSZ",
+    "subsz": "SUBSZ",
+    "jetstream": "JSZ",
+    "jsz": "JSZ",
+    "accounts": "ACCOUNTZ",
+    "accountz": "ACCOUNTZ",
+    "health": "HEALTHZ",
+    "healthz": "HEALTHZ",
+    "raft": "RAFTZ",
+    "raftz": "RAFTZ",
+    "statsz": "STATSZ",
+    "gateways": "GATEWAYZ",
+    "leafnodes": "LEAFZ",
+}
+
+
+@server.command("request", help="Ask every server for a monitoring document and print the JSON")
+@click.argument("kind", type=click.Choice(sorted(_KINDS)))
+@click.option("--name", "server_name", default="", help="Only the server with this name")
+@connection
+def request_cmd(conn: ConnOptions, kind: str, server_name: str) -> None:
+    body = {"server_name": server_name} if server_name else {}
+
+    async def go() -> None:
+        async with connected(conn) as nc:
+            replies = await gather(nc, f"{PING}.{_KINDS[kind]}", body, conn.timeout_s)
+        print_json(sorted(replies, key=lambda r: str((r.get("server") or {}).get("name"))))
+
+    run(go())
+
+
+@server.command("ping", help="Ping every server and show how long each took to answer")
+@connection
+def ping_cmd(conn: ConnOptions) -> None:
+    async def go() -> list[tuple[str, float]]:
+        async with connected(conn) as nc:
+            start = time.monotonic()
+            seen: list[tuple[str, float]] = []
+            inbox = nc.new_inbox()
+
+            async def on_msg(msg: Any) -> None:
+                import json
+
+                try:
+                    name = str(json.loads(msg.data)["server"]["name"])
+                except (ValueError, KeyError, TypeError):
+                    return
+                seen.append((name, time.monotonic() - start))
+
+            sub = await nc.subscribe(inbox, cb=on_msg)
+            await nc.publish(f"{PING}.STATSZ", b"{}", reply=inbox)
+            await asyncio.sleep(min(conn.timeout_s, 1.0))
+            await sub.unsubscribe()
+            return seen
+
+    seen = run(go())
+    if not seen:
+        raise CliError("no results received, ensure the account used has system privileges")
+    for name, rtt in sorted(seen, key=lambda s: s[1]):
+        print(f"{name:<30} rtt={rtt * 1000:.2f}ms")
+    print(f"\n---- ping statistics ----\n{len(seen)} replies")
+
+
+server.alias("request", "req")
 cluster = group("cluster", "Manage the JetStream meta group", "raft", "r", parent=server)
 
 
