@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,16 @@ async def make_cluster(
         if failed is not None and failed.failed:
             print(cl.logs())
         await cl.close()
+
+
+@pytest.fixture(scope="module")
+def shared_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One 3-server JetStream cluster for a whole module (tests that do not break it)."""
+    base = tmp_path_factory.mktemp("shared")
+    cl = Cluster.create(base, 3)
+    asyncio.run(cl.start())
+    yield cl
+    asyncio.run(cl.close())
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)

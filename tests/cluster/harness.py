@@ -303,6 +303,34 @@ class Cluster:
 
         await wait_until(meshed, timeout_s, "the full route mesh")
 
+    def stream_messages(self, stream: str, account: str = "$G") -> dict[str, int]:
+        """Messages each server's own replica of ``stream`` holds (servers without one are
+        left out): what the replicas agree on, read from each server directly."""
+        out = {}
+        for node in self.nodes:
+            if not node.running or node.paused or not node.jetstream:
+                continue
+            for acc in node.http("/jsz?accounts=1&streams=1").get("account_details", []):
+                if acc["name"] != account:
+                    continue
+                for sd in acc.get("stream_detail", []):
+                    if sd["name"] == stream:
+                        out[node.name] = sd["state"]["messages"]
+        return out
+
+    def meta_leader(self, nodes: list[Node] | None = None) -> str:
+        """The meta leader all running JetStream nodes agree on ("" if they do not)."""
+        seen = set()
+        for node in nodes or self.nodes:
+            if not node.running or node.paused or not node.jetstream:
+                continue
+            seen.add(node.http("/jsz").get("meta_cluster", {}).get("leader", ""))
+        return seen.pop() if len(seen) == 1 else ""
+
+    async def wait_jetstream(self, timeout_s: float = 30.0, nodes: list[Node] | None = None) -> str:
+        """Wait until the running JetStream nodes agree on a meta leader; return it."""
+        return await wait_until(lambda: self.meta_leader(nodes), timeout_s, "a meta leader")
+
     async def connect(self, node: Node, **kwargs: Any) -> nats.NATS:
         kwargs.setdefault("allow_reconnect", False)
         kwargs.setdefault("connect_timeout", 3)

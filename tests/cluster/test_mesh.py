@@ -155,13 +155,15 @@ async def test_restarted_server_rejoins(make_cluster: ClusterFactory) -> None:
 
 
 async def test_duplicate_server_name_is_refused(make_cluster: ClusterFactory) -> None:
+    """A server started with a name the cluster already has never joins it."""
     cl = make_cluster(3, jetstream=lambda i: False)
     cl.nodes[2].name_override = "n1-c1"
-    await cl.start(wait=False)
-    for node in cl.nodes:
-        await cl.wait_serving(node)
     n1, n2, dup = cl.nodes
+    await cl.start(wait=False)
+    dup.stop()  # the impostor comes once n1 and n2 know each other
     await cl.wait_mesh(nodes=[n1, n2])
+    dup.start()
+    await cl.wait_serving(dup)
     await wait_until(lambda: "duplicate server name" in dup.log() + n2.log(), what="refusal")
     n1_id = n1.http("/varz")["server_id"]
     dup_id = dup.http("/varz")["server_id"]

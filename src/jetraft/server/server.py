@@ -18,7 +18,7 @@ from jetraft.server.core.accounts import Account, AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 from jetraft.server.core.router import Router, totals
-from jetraft.server.core.tls import make_server_context
+from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
 
 log = logging.getLogger("jetraft.server")
 
@@ -177,6 +177,10 @@ class Server:
             return
         self.clients[conn.cid] = conn
         self.stats.total_connections += 1
+        if self.tls_context is not None and not self._upgrade_after_info and (
+            not self._pinned_ok(conn)
+        ):
+            return  # handshake-first: the TLS session is already up
         info = proto.encode_info(self.info_for(conn))
         if self.auth.required:
             timeout = cfg.auth_timeout_ns / 1e9
@@ -213,6 +217,19 @@ class Server:
             conn.close("TLS Handshake Error")
             return
         conn.transport = new
+        self._pinned_ok(conn)
+
+    def _pinned_ok(self, conn: ClientConnection) -> bool:
+        """``pinned_certs``: a client whose certificate key is not pinned is dropped right after
+        the handshake, as nats-server does (no -ERR: the TLS session itself is refused)."""
+        tls = self.config.tls
+        if tls is None or not tls.pinned_certs:
+            return True
+        if pinned_ok(peer_certificate(conn.transport), tls.pinned_certs):
+            return True
+        log.debug("client %d: certificate not pinned", conn.cid)
+        conn.close("TLS Handshake Error")
+        return False
 
     def info_for(self, conn: ClientConnection) -> dict[str, Any]:
         cfg = self.config
@@ -231,6 +248,8 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
+        if conn.nonce:
+            info["nonce"] = conn.nonce
         if self.tls_context is not None:
             info["tls_required"] = True
             if cfg.tls is not None and cfg.tls.verify:

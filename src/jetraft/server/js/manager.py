@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
+from jetraft.server.js.replies import send_slices
 from jetraft.server.js.store_glue import (
     TRASH_PREFIX,
     MetaError,
@@ -204,6 +205,12 @@ class JsAccount:
         elif isinstance(out, list):
             for item in out:
                 publish(reply, item.data, None, item.hdr)
+        elif isinstance(out, Iterator):
+            send_slices(self.api_client, reply, out)
+
+    @property
+    def max_pending(self) -> int:
+        return self.server.config.max_pending
 
     # --- StreamApiContext --------------------------------------------------------------------
 
@@ -423,7 +430,7 @@ class JetStreamManager:
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
         """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
         if self.clustered is not None:
-            return self._clustered_jsz(self.clustered)
+            return self._clustered_jsz(self.clustered, q)
         totals = {
             "memory": 0,
             "storage": 0,
@@ -472,7 +479,7 @@ class JetStreamManager:
             out["account_details"] = details
         return out
 
-    def _clustered_jsz(self, cl: ClusteredJetStream) -> dict[str, Any]:
+    def _clustered_jsz(self, cl: ClusteredJetStream, q: Mapping[str, str]) -> dict[str, Any]:
         memory = storage = messages = nbytes = 0
         for replica in cl.streams.values():
             st = replica.stream.store.state()
@@ -513,6 +520,8 @@ class JetStreamManager:
             out["config"]["domain"] = self.config.domain
         if self.config.unique_tag:
             out["config"]["unique_tag"] = self.config.unique_tag
+        if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
+            out["account_details"] = cl.account_details(q.get("streams") in ("1", "true"))
         return out
 
     def _account_detail(

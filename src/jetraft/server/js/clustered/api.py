@@ -101,6 +101,10 @@ class StreamView:
         return True
 
     @property
+    def max_pending(self) -> int:
+        return self.api.js.server.config.max_pending
+
+    @property
     def strict(self) -> bool:
         return self.api.js.config.strict
 

@@ -150,6 +150,13 @@ class RaftGroup:
     def is_leader(self) -> bool:
         return self.node is not None and self.node.is_leader
 
+    def members(self) -> tuple[str, ...]:
+        """Voters and learners of the configuration in force here."""
+        if self.node is None:
+            return self.peers
+        m = self.node.core.membership
+        return (*m.voters, *m.learners) if m.voters else self.peers
+
     def voters(self) -> tuple[str, ...]:
         if self.node is None:
             return self.peers

@@ -22,6 +22,8 @@ import json
 import logging
 import random
 import shutil
+import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -29,6 +31,7 @@ from jetraft.config import ServerConfig
 from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
 from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
+from jetraft.raft.ready import RaftError
 from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.cluster.raftnet import RaftNet
 from jetraft.server.cluster.route_conn import PeerInfo
@@ -44,6 +47,8 @@ from jetraft.server.js.clustered.stream_replica import StreamReplica
 log = logging.getLogger("jetraft.js.cluster")
 
 INFO_SUBJECT = "$JSC.SI"
+# A replica taken out of its group stops once the group no longer counts it, or after this.
+LEAVE_TIMEOUT_S = 30.0
 
 
 class ClusterServer(Protocol):
@@ -93,6 +98,8 @@ class ClusteredJetStream:
         mesh.raft_receiver = self.raftnet.deliver
         self.meta = MetaGroup(self, expected_cluster_size(server.config))
         self.streams: dict[tuple[str, str], StreamReplica] = {}
+        # Replicas taken out of their group, still voting until the group lets them go.
+        self.leaving: dict[tuple[str, str], StreamReplica] = {}
         self.apis: dict[str, ClusterApi] = {}
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
@@ -101,6 +108,7 @@ class ClusteredJetStream:
         self._change_task: asyncio.Task[None] | None = None
         self.rng = random.Random()
         self.peer_facts: dict[str, PeerInfo] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -132,9 +140,12 @@ class ClusteredJetStream:
             self._change_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._change_task
-        for replica in list(self.streams.values()):
+        for task in list(self._tasks):
+            task.cancel()
+        for replica in [*self.streams.values(), *self.leaving.values()]:
             await replica.stop()
         self.streams.clear()
+        self.leaving.clear()
         await self.meta.stop()
 
     # --- what groups need (GroupHost, MetaHost, ReplicaHost) ---------------------------------
@@ -227,10 +238,20 @@ class ClusteredJetStream:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.streams.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            # Taken out of the group: keep serving the group until its leader has removed
+            # us from the RAFT membership (it may need our vote to commit that change).
+            del self.streams[key]
+            self.leaving[key] = replica
+            replica.assignment_changed(new)
+            self._spawn(self._leave(replica))
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            replica = self.streams[key] = self.leaving.pop(key)  # back in before it left
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.streams[key]
-                log.info("stream %s > %s: this server is no longer a replica", *key)
+                log.info("stream %s > %s: deleted", *key)
                 await replica.destroy()
             elif new is None:
                 await asyncio.to_thread(_remove_dir, self.raft_dir(change.old.group)
@@ -248,6 +269,28 @@ class ClusteredJetStream:
         self.streams[key] = replica
         await replica.start()
         self._serve_direct(replica)
+
+    async def _leave(self, replica: StreamReplica) -> None:
+        log.info("stream %s > %s: this server is no longer a replica", *replica.key)
+        replica.serve_direct(None)
+        deadline = time.monotonic() + LEAVE_TIMEOUT_S
+        while time.monotonic() < deadline and not replica.closed:
+            if self.leaving.get(replica.key) is not replica:
+                return  # assigned here again meanwhile
+            if replica.is_leader:
+                with contextlib.suppress(RaftError):
+                    replica.step_down()
+            elif self.server.name not in replica.group.members():
+                break
+            await asyncio.sleep(0.2)
+        if self.leaving.get(replica.key) is replica:
+            del self.leaving[replica.key]
+            await replica.destroy()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _serve_direct(self, replica: StreamReplica) -> None:
         api = self.apis.get(replica.sa.account)
@@ -283,6 +326,24 @@ class ClusteredJetStream:
         except ValueError:
             return None
         return info if isinstance(info, dict) else None
+
+    def account_details(self, streams: bool) -> list[dict[str, Any]]:
+        """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""
+        out = []
+        for name, api in sorted(self.apis.items()):
+            detail: dict[str, Any] = {
+                "name": name,
+                "id": name,
+                "api": {"total": api.stats.total, "errors": api.stats.errors},
+            }
+            if streams:
+                detail["stream_detail"] = [
+                    {"name": r.name, **api.stream_info(r)}
+                    for (acc, _), r in sorted(self.streams.items())
+                    if acc == name
+                ]
+            out.append(detail)
+        return out
 
     # --- monitoring --------------------------------------------------------------------------
 
