@@ -266,7 +266,8 @@ def ls_cmd(conn: ConnOptions, stream: str | None, names_only: bool, as_json: boo
                 if as_json:
                     print_json(names)
                 else:
-                    print("\n".join(names)) if names else None
+                    for n in names:
+                        print(n)
                 return
             infos = await js.consumer_list(api, picked)
             if not infos:
@@ -405,7 +406,8 @@ async def _next_one(
                     b"+TERM": "\nTerminated message",
                 }[answer]
             )
-    print(flush=True) if not raw else None
+    if not raw:
+        print(flush=True)
 
 
 @consumer.command("report", help="Statistics of every consumer of a stream")

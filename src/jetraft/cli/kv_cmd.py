@@ -346,7 +346,10 @@ def ls_cmd(conn: ConnOptions, bucket: str | None, names_only: bool, as_json: boo
         buckets = [i for i in infos if i["config"]["name"].startswith("KV_")]
         names = sorted(i["config"]["name"][3:] for i in buckets)
         if as_json or names_only:
-            print_json(names) if as_json else print("\n".join(names))
+            if as_json:
+                print_json(names)
+            else:
+                print("\n".join(names))
             return
         if not buckets:
             print("No Key-Value buckets found")
