@@ -106,6 +106,9 @@ class RaftGroup:
             log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
                       recovered.corrupt)
         self.wal = wal
+        fresh = not recovered.entries and recovered.snapshot is None and not (
+            recovered.hard_state.term
+        )
         self.node = RaftNode(
             self.host.server_name,
             self.peers,
@@ -125,6 +128,9 @@ class RaftGroup:
         self.node.subscribe(self._on_soft_state)
         self.host.raftnet.register(self.group, self.node)
         await self.node.start()
+        if fresh and self.peers and self.peers[0] == self.host.server_name:
+            # A new group's preferred leader (placed first) campaigns at once.
+            self.node.campaign()
 
     def _removed(self) -> None:
         log.info("RAFT group %s: this server was removed from the group", self.group)

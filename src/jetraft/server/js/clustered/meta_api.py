@@ -187,7 +187,7 @@ async def _leader_info(api: ClusterApi, sa: StreamAssignment) -> dict[str, Any]:
     deadline = time.monotonic() + LEADER_WAIT_S
     want = to_wire(sa.config)
     while time.monotonic() < deadline:
-        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.5)
+        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.1)
         if info is not None and info.get("config") == want:
             return info
         await asyncio.sleep(0.05)
@@ -306,11 +306,11 @@ def _consumer_configs(api: ClusterApi, stream: str) -> dict[str, ConsumerConfig]
 def _consumer_peers(api: ClusterApi, sa: StreamAssignment, replicas: int) -> tuple[str, ...]:
     """A consumer lives on servers of its stream: all of them, or for fewer replicas the
     stream's leader first (delivery then reads a local, current copy)."""
-    if replicas <= 0 or replicas >= len(sa.peers):
-        return sa.peers
     replica = api.js.streams.get((sa.account, sa.name))
     leader = replica.leader if replica is not None else ""
     ordered = ([leader] if leader in sa.peers else []) + [p for p in sa.peers if p != leader]
+    if replicas <= 0:
+        return tuple(ordered)
     return tuple(ordered[:replicas])
 
 
@@ -320,7 +320,7 @@ async def _consumer_info_after(api: ClusterApi, ca: ConsumerAssignment) -> dict[
     want = config_to_wire(ca.config)
     deadline = time.monotonic() + LEADER_WAIT_S
     while time.monotonic() < deadline:
-        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.5)
+        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.1)
         if info is not None and info.get("config") == want:
             return info
         await asyncio.sleep(0.05)
