@@ -97,6 +97,7 @@ class ConsumerReplica:
         self.next_client = InternalClient(host.router, account, f"pull {ca.stream} > {ca.name}")
         self.closed = False
         self._last: asyncio.Future[Any] | None = None
+        self.initial_info: dict[str, Any] | None = None
         stream.stream.add_observer(self)
         stream.stream.add_consumer(self)
 
@@ -167,6 +168,10 @@ class ConsumerReplica:
         freed = isinstance(e, Acked | Exhausted | Dropped)
         done = self.core.apply(e)
         if self.runtime is not None:
+            if isinstance(e, Start):
+                # What the create request is answered with: the state before the first
+                # delivery (clients read num_pending from it, e.g. KV watchers).
+                self.initial_info = self.info()
             self.runtime.applied(done, freed or isinstance(e, Start))
         return done
 

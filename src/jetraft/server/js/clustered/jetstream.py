@@ -403,17 +403,24 @@ class ClusteredJetStream:
         replica = self.consumers.get((account, stream, name))
         if replica is None or not replica.is_leader:
             return
+        info = replica.initial_info if data == b"initial" else None
         with contextlib.suppress(RaftError):
-            self.internal.publish(reply, encode_json(replica.info()))
+            self.internal.publish(reply, encode_json(info or replica.info()))
 
     async def fetch_consumer_info(self, account: str, stream: str, name: str,
-                                  timeout_s: float = 1.0) -> dict[str, Any] | None:
+                                  timeout_s: float = 1.0, *,
+                                  initial: bool = False) -> dict[str, Any] | None:
+        """The consumer's info from its leader; ``initial``: as it was when it started,
+        before its first delivery (the answer to a create)."""
         replica = self.consumers.get((account, stream, name))
         if replica is not None and replica.is_leader:
+            if initial and replica.initial_info is not None:
+                return replica.initial_info
             with contextlib.suppress(RaftError):
                 return replica.info()
         subject = f"{CONSUMER_INFO_SUBJECT}.{account}.{stream}.{name}"
-        return _json_dict(await self.internal.request(subject, b"", timeout_s))
+        body = b"initial" if initial else b""
+        return _json_dict(await self.internal.request(subject, body, timeout_s))
 
     async def fetch_stream_info(self, account: str, name: str,
                                 timeout_s: float = 1.0) -> dict[str, Any] | None:

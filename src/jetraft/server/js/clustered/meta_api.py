@@ -314,13 +314,17 @@ def _consumer_peers(api: ClusterApi, sa: StreamAssignment, replicas: int) -> tup
     return tuple(ordered[:replicas])
 
 
-async def _consumer_info_after(api: ClusterApi, ca: ConsumerAssignment) -> dict[str, Any]:
-    """The consumer's info from its leader once it reports ``ca``'s config."""
+async def _consumer_info_after(
+    api: ClusterApi, ca: ConsumerAssignment, initial: bool = False
+) -> dict[str, Any]:
+    """The consumer's info from its leader once it reports ``ca``'s config (``initial``:
+    a new consumer, as it was before its first delivery)."""
     js = api.js
     want = config_to_wire(ca.config)
     deadline = time.monotonic() + LEADER_WAIT_S
     while time.monotonic() < deadline:
-        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.1)
+        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.1,
+                                            initial=initial)
         if info is not None and info.get("config") == want:
             return info
         await asyncio.sleep(0.05)
@@ -362,7 +366,7 @@ async def _consumer_create(api: ClusterApi, subject: str, data: bytes) -> Any:
     group = group_name("C", len(peers), "memory" if plan.cfg.mem_storage else "file", js.rng)
     ca = ConsumerAssignment(acc, plan.stream, plan.name, plan.cfg, group, peers, time.time_ns())
     await _propose(api, AssignConsumer(ca))
-    return {"type": _t(kind), **await _consumer_info_after(api, ca)}
+    return {"type": _t(kind), **await _consumer_info_after(api, ca, initial=True)}
 
 
 def _consumer_key(api: ClusterApi, subject: str) -> tuple[str, str, str]:
