@@ -98,6 +98,7 @@ class ConsumerReplica:
         self.closed = False
         self._last: asyncio.Future[Any] | None = None
         self.initial_info: dict[str, Any] | None = None
+        self._reconcile_task: asyncio.Task[None] | None = None
         stream.stream.add_observer(self)
         stream.stream.add_consumer(self)
 
@@ -156,6 +157,20 @@ class ConsumerReplica:
                 self.runtime.update_config(ca.config)
             else:
                 self.core.update_config(ca.config)
+        if self.runtime is not None:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Leader: bring the group's membership in line with the assignment."""
+        if self._reconcile_task is None or self._reconcile_task.done():
+            self._reconcile_task = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        for _ in range(20):  # bounded: each round makes one change or finds none
+            if self.closed or self.runtime is None:
+                return
+            if not await self.group.reconcile_members(self.ca.peers):
+                return
 
     # --- the state machine (raft.node.StateMachine) --------------------------------------------
 
@@ -237,6 +252,7 @@ class ConsumerReplica:
             prefix = f"$JS.{self.host.domain}.API.CONSUMER.MSG.NEXT."
             self.next_client.subscribe(f"{prefix}{self.ca.stream}.{self.ca.name}", self._on_next)
         rt.start()
+        self.reconcile()
 
     def _on_next(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         rt = self.runtime

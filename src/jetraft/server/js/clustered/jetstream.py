@@ -113,7 +113,7 @@ class ClusteredJetStream:
         self.meta = MetaGroup(self, expected_cluster_size(server.config))
         self.streams: dict[tuple[str, str], StreamReplica] = {}
         # Replicas taken out of their group, still voting until the group lets them go.
-        self.leaving: dict[tuple[str, str], StreamReplica] = {}
+        self.leaving: dict[tuple[str, ...], StreamReplica | ConsumerReplica] = {}
         self.consumers: dict[tuple[str, str, str], ConsumerReplica] = {}
         self.apis: dict[str, ClusterApi] = {}
         self._enabled = accounts
@@ -168,6 +168,24 @@ class ClusteredJetStream:
         self.streams.clear()
         self.leaving.clear()
         await self.meta.stop()
+
+    async def hand_over(self, timeout_s: float = 2.0) -> None:
+        """Lame duck mode: move every leadership this server holds to another server."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            groups: list[StreamReplica | ConsumerReplica] = [
+                *self.consumers.values(), *self.streams.values()
+            ]
+            leading = [r for r in groups if r.is_leader]
+            if self.meta.is_leader:
+                with contextlib.suppress(MetaUnavailable):
+                    self.meta.step_down()
+            for replica in leading:
+                with contextlib.suppress(RaftError):
+                    replica.step_down()
+            if not leading and not self.meta.is_leader:
+                return
+            await asyncio.sleep(0.1)
 
     # --- what groups need (GroupHost, MetaHost, ReplicaHost) ---------------------------------
 
@@ -268,7 +286,9 @@ class ClusteredJetStream:
             self._spawn(self._leave(replica))
             return
         if replica is None and new is not None and me in new.peers and key in self.leaving:
-            replica = self.streams[key] = self.leaving.pop(key)  # back in before it left
+            back = self.leaving.pop(key)  # back in before it left
+            assert isinstance(back, StreamReplica)
+            replica = self.streams[key] = back
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.streams[key]
@@ -295,6 +315,16 @@ class ClusteredJetStream:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.consumers.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            del self.consumers[key]
+            self.leaving[key] = replica
+            replica.assignment_changed(new)
+            self._spawn(self._leave(replica))
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            back = self.leaving.pop(key)
+            assert isinstance(back, ConsumerReplica)
+            replica = self.consumers[key] = back
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.consumers[key]
@@ -354,9 +384,10 @@ class ClusteredJetStream:
         with contextlib.suppress(MetaUnavailable):
             await self.meta.propose(entry)
 
-    async def _leave(self, replica: StreamReplica) -> None:
-        log.info("stream %s > %s: this server is no longer a replica", *replica.key)
-        replica.serve_direct(None)
+    async def _leave(self, replica: StreamReplica | ConsumerReplica) -> None:
+        log.info("%s: this server is no longer a replica", " > ".join(replica.key))
+        if isinstance(replica, StreamReplica):
+            replica.serve_direct(None)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         while time.monotonic() < deadline and not replica.closed:
             if self.leaving.get(replica.key) is not replica:

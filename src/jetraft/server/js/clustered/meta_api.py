@@ -460,7 +460,31 @@ async def _peer_remove(api: ClusterApi, subject: str, data: bytes) -> Any:
         peers = list(rest)  # no replacement: fewer replicas rather than none removed
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
     await _propose(api, AssignStream(new))
+    try:
+        await _move_consumers(api.js, sa, new, chosen)
+    except MetaUnavailable as exc:
+        raise _meta_failed(exc) from None
     return {"type": _t(kind), "success": True}
+
+
+async def _move_consumers(
+    js: ClusteredJetStream, old: StreamAssignment, new: StreamAssignment, gone: str
+) -> None:
+    """The stream's consumers follow it: each replica on ``gone`` moves to the server
+    that replaced it in the stream (or is dropped when there is none)."""
+    added = [p for p in new.peers if p not in old.peers]
+    for ca in js.meta.state.stream_consumers(old.account, old.name):
+        if gone not in ca.peers:
+            continue
+        peers = [p for p in ca.peers if p != gone]
+        spare = [p for p in added if p not in peers]
+        if spare:
+            peers.append(spare[0])
+        if not peers:
+            continue
+        moved = ConsumerAssignment(ca.account, ca.stream, ca.name, ca.config, ca.group,
+                                   tuple(peers), ca.created_ns)
+        await js.meta.propose(AssignConsumer(moved))
 
 
 async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
@@ -496,6 +520,7 @@ async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
                 continue
             new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
             await js.meta.propose(AssignStream(new))
+            await _move_consumers(js, sa, new, target)
     except MetaUnavailable:
         return E.error_body(_t(kind), E.api_error(10008))
     return {"type": _t(kind), "success": True}
