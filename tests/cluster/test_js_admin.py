@@ -13,7 +13,7 @@ import nats.js.errors
 import pytest
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.harness import Cluster, Node, wait_until
+from tests.cluster.harness import Node, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -149,8 +149,11 @@ async def test_meta_step_down_and_server_remove(make_cluster: ClusterFactory) ->
         await app.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=1)
     reply = await sysc.request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=5)
     assert json.loads(reply.data)["success"] is True
-    after = await wait_until(lambda: (lambda l: l if l and l != before else None)(
-        cl.meta_leader()), 15, "a new meta leader")
+    def new_leader() -> str | None:
+        leader = cl.meta_leader()
+        return leader if leader and leader != before else None
+
+    after = await wait_until(new_leader, 15, "a new meta leader")
     assert after != before
     gone = next(n for n in cl.nodes[1:] if n.name != after)  # not our client's server
     gone.stop()

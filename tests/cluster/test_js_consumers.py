@@ -71,7 +71,7 @@ async def test_push_consumer_delivers_to_a_subscriber_on_another_server(
         sub_nc = await cl.connect(node)
         done = asyncio.Event()
 
-        async def cb(msg: nats.aio.msg.Msg) -> None:
+        async def cb(msg: nats.aio.msg.Msg, done: asyncio.Event = done) -> None:
             got.append(msg.data)
             await msg.ack()
             if len(got) % 5 == 0:
