@@ -143,7 +143,9 @@ class Driver:
         self._on_done = on_done
         self.snapshot_entries = snapshot_entries
         self.keep_entries = keep_entries
-        self.durable_sm = isinstance(state_machine, DurableStateMachine)
+        # (Checked once: isinstance against a runtime protocol is slow.)
+        self._durable = state_machine if isinstance(state_machine, DurableStateMachine) else None
+        self.durable_sm = self._durable is not None
         if recovered is None:
             self.core = RaftCore(node_id, core_config, rng, peers=peers, learners=learners)
         else:
@@ -453,9 +455,8 @@ class Driver:
         core = self.core
         snap = core.log.snapshot
         base = snap.meta.index if snap is not None else 0
-        if self.durable_sm:
-            assert isinstance(self.sm, DurableStateMachine)
-            upto = min(self.sm.durable_index(), core.applied)
+        if self._durable is not None:
+            upto = min(self._durable.durable_index(), core.applied)
             if upto - base < self.snapshot_entries or upto < core.log.offset:
                 return
             new = core.create_snapshot(upto, b"", external=True)

@@ -162,10 +162,13 @@ class ObservedSM:
 
 
 class ObservedDurableSM(ObservedSM):
-    def durable_index(self) -> int:
-        inner = self.inner
+    def __init__(self, inner: SimStateMachine, node: SimNode) -> None:
+        super().__init__(inner, node)
         assert isinstance(inner, DurableStateMachine)
-        return inner.durable_index()
+        self._durable = inner
+
+    def durable_index(self) -> int:
+        return self._durable.durable_index()
 
 
 class TrackingLog:

@@ -225,7 +225,9 @@ class World:
                 continue
             if (now + self.phase[nid]) % self.period[nid] == 0:
                 node.driver.tick()
-            self.pump(node)
+                self.pump(node)
+            elif node.busy() and now >= node.job_at:  # a slow disk job completes
+                self.pump(node)
         self.checker.check_electable(self)
         self.now += 1
 
