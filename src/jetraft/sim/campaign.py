@@ -22,8 +22,9 @@ def machine_of(seed: int, sm: str) -> str:
 def config_for(nodes: int, sm: str) -> SimConfig:
     factory, payload = MACHINES[sm]
     chunk = 512 if sm == "stream" else 6  # several chunks per snapshot either way
+    scale = 4 if sm == "stream" else 1  # a stream entry is a message: larger than an id
     return SimConfig(nodes=nodes, sm=factory, sm_name=sm, payload=payload,
-                     max_snapshot_chunk_bytes=chunk)
+                     max_snapshot_chunk_bytes=chunk, entry_scale=scale)
 
 
 def run_seed_any(args: tuple[int, int, str]) -> SeedResult:

@@ -45,6 +45,7 @@ class SimConfig:
     propose_per_tick: float = 0.7
     segment_bytes: int = 1024
     max_msg_bytes: int = 0  # entry bytes per AppendEntries; 0: drawn per seed (96..256)
+    entry_scale: int = 1  # times max_msg_bytes, for state machines with larger entries
     max_inflight: int = 4
     max_snapshot_chunk_bytes: int = 6  # the running hash's snapshot is 16 bytes
     rates: FaultRates = field(default_factory=FaultRates)
@@ -94,8 +95,8 @@ class World:
         self.raft_cfg = RaftConfig(
             election_ticks=cfg.election_ticks,
             heartbeat_ticks=cfg.heartbeat_ticks,
-            max_msg_bytes=cfg.max_msg_bytes or (
-                96 if self.storm else self.rng.choice((96, 160, 256))),
+            max_msg_bytes=(cfg.max_msg_bytes or (
+                96 if self.storm else self.rng.choice((96, 160, 256)))) * cfg.entry_scale,
             max_inflight=cfg.max_inflight,
             max_snapshot_chunk_bytes=cfg.max_snapshot_chunk_bytes,
         )
