@@ -108,7 +108,16 @@ class ConsumerAck(msgspec.Struct, frozen=True, tag="ack", array_like=True):
     seq: int
 
 
-Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck
+class Retire(msgspec.Struct, frozen=True, tag="ret", array_like=True):
+    """Interest / workqueue retention in a cluster: these messages are needed by no
+    consumer any more. The stream's leader decides (its server holds a replica of every
+    consumer of such a stream); every replica removes them alike, so replicas never depend
+    on how far their own consumer replicas got."""
+
+    seqs: list[int]
+
+
+Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
 
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()
 _ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
@@ -323,6 +332,8 @@ class Stream:
             return self._apply_expire(entry.now_ns)
         if isinstance(entry, ConsumerAck):
             return self._apply_consumer_ack(entry.seq)
+        if isinstance(entry, Retire):
+            return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
 
     def on_consumer_ack(self, seq: int) -> None:
@@ -484,8 +495,9 @@ class Stream:
             return OpResult(False, 0, E.msg_delete_failed("message delete not permitted"))
         if e.seq <= 0 or e.seq > self.last_seq:
             return OpResult(False, 0, E.msg_delete_failed("stream store EOF"))
-        # no_erase asks nats-server to skip overwriting the bytes on disk; removal is the same.
-        if not self.store.remove(e.seq):
+        # Secure erase (the default) also overwrites the message's bytes on disk.
+        removed = self.store.remove(e.seq) if e.no_erase else self.store.erase(e.seq)
+        if not removed:
             if e.seq < self.store.bounds()[0]:
                 return OpResult(False, 0, E.msg_delete_failed("no message found"))
             return OpResult(False, 0, E.api_error(10043, seq=e.seq))
@@ -529,6 +541,26 @@ class Stream:
             return OpResult(True, 1)
         return OpResult(True, 0)
 
+    def _apply_retire(self, seqs: Sequence[int]) -> OpResult:
+        removed = [seq for seq in seqs if self.store.remove(seq)]
+        if removed:
+            self._tell_removed(removed)
+        return OpResult(True, len(removed))
+
+    def unneeded(self, seqs: Iterable[int]) -> list[int]:
+        """Of ``seqs``, those still stored that retention lets go (no consumer needs them)."""
+        retention = self.config.retention
+        if retention == "limits":
+            return []
+        out = []
+        for seq in seqs:
+            msg = self.store.load(seq)
+            if msg is None:
+                continue
+            if not any(c.needs_ack(seq, msg.subject) for c in self.consumers.values()):
+                out.append(seq)
+        return out
+
     def recheck_interest(self) -> int:
         """Interest retention: drop every message no consumer needs (after a consumer went
         away or the policy changed). Returns how many were removed."""
@@ -568,6 +600,16 @@ class Stream:
         return due
 
     # --- recovery --------------------------------------------------------------------------
+
+    def reload(self, config: StreamConfig) -> None:
+        """The store's content was replaced (a replica installed a snapshot): take the
+        snapshot's config and rebuild what lives beside the store."""
+        self.config = config
+        self.store.update_limits(limits_of(config))
+        self._dedupe.clear()
+        self.last_msg_id = ""
+        self._ttl_heap = []
+        self.recover()
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the

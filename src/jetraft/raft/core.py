@@ -36,7 +36,6 @@ from .membership import (
     MembershipError,
     apply_change,
     encode_membership,
-    quorum,
 )
 from .messages import (
     AppendEntries,
@@ -78,11 +77,15 @@ class RaftCore:
         snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
         corrupt: bool = False,
+        bootstrap_size: int = 0,
     ) -> None:
         """`peers` (voters, including this node) and `learners` are the bootstrap
         configuration, used until a snapshot or a CONFIG entry says otherwise. A node
         joining an existing group starts with none and learns its group from the leader.
-        `hard_state`, `snapshot` and `entries` are what the durable log recovered."""
+        `hard_state`, `snapshot` and `entries` are what the durable log recovered.
+
+        `bootstrap_size` > 0 with no voters known: the group's members are not known in
+        advance, only how many servers it is meant for (see `in_bootstrap`)."""
         hs = hard_state or HardState()
         self.id = node_id
         self.cfg = config
@@ -104,6 +107,8 @@ class RaftCore:
             self.term, self.vote = self.repair_term + 1, ""
             self.log.committed = self.log.applied = self.log.offset
         self._corrupt_reported = corrupt  # the driver still holds a corruption marker
+        self.bootstrap_size = bootstrap_size
+        self.bootstrap_peers: tuple[str, ...] = ()
         self.ticks = 0  # ticks since start, for "last heard" reporting
         self.msgs: list[Message] = []
         self.prs: dict[str, Progress] = {}
@@ -144,7 +149,30 @@ class RaftCore:
         return self.log.applied
 
     def promotable(self) -> bool:
-        return self.id in self.membership.voters and not self.corrupt
+        if self.corrupt:
+            return False
+        return self.id in self.membership.voters or self.in_bootstrap
+
+    @property
+    def in_bootstrap(self) -> bool:
+        """No configuration yet, only the size the group is meant for: a candidate that
+        wins the votes of a majority of that size among the peers it knows becomes the
+        first leader, and its first entry makes itself and those voters the group,
+        with that size kept in the configuration. Votes go only to candidates whose log
+        is at least as complete, so once a majority of the size holds the configuration,
+        no second group can form among the servers that do not."""
+        return self.bootstrap_size > 0 and not self.membership.voters
+
+    def set_bootstrap_peers(self, peers: Sequence[str]) -> None:
+        """The servers a bootstrapping node may ask for votes (the driver learns them)."""
+        self.bootstrap_peers = tuple(sorted(p for p in set(peers) if p != self.id))
+
+    def _electorate(self) -> tuple[tuple[str, ...], int]:
+        """Who may vote in an election of ours, and how many yes votes win it."""
+        if self.in_bootstrap:
+            return (self.id, *self.bootstrap_peers), self.bootstrap_size // 2 + 1
+        m = self.membership
+        return m.voters, m.quorum()
 
     def status(self) -> Status:
         peers: list[PeerStatus] = []
@@ -202,9 +230,14 @@ class RaftCore:
         self.role = Role.CANDIDATE
 
     def _become_leader(self) -> None:
+        founders = [v for v, yes in self._votes.items() if yes] if self.in_bootstrap else []
         self._reset(self.term)
         self.role = Role.LEADER
         self.lead = self.id
+        if founders:
+            # The group's first configuration: us and everyone who voted for us.
+            first = Membership(tuple(sorted(set(founders) | {self.id})), (), self.bootstrap_size)
+            self._append(EntryKind.CONFIG, encode_membership(first))
         self._sync_progress()
         # A no-op of our term: committing it commits everything before (Figure 8).
         self._append(EntryKind.NOOP, b"")
@@ -283,7 +316,7 @@ class RaftCore:
                 active += pid in voters
             if pid != self.id:
                 pr.recent_active = False
-        return active >= quorum(len(voters))
+        return active >= self.membership.quorum()
 
     def campaign(self, *, transfer: bool = False) -> None:
         """Start an election now (pre-vote first unless this is a transfer)."""
@@ -300,7 +333,7 @@ class RaftCore:
             term = self.term
         if self._poll(self.id, True):
             return
-        for v in self.membership.voters:
+        for v in self._electorate()[0]:
             if v != self.id:
                 self.msgs.append(
                     VoteRequest(term, self.id, v, self.log.last_index, self.log.last_term,
@@ -310,10 +343,9 @@ class RaftCore:
     def _poll(self, frm: str, granted: bool) -> bool:
         """Count a vote; act on the outcome. True if the election is decided."""
         self._votes.setdefault(frm, granted)
-        voters = self.membership.voters
+        voters, q = self._electorate()
         yes = sum(1 for v in voters if self._votes.get(v) is True)
         no = sum(1 for v in voters if self._votes.get(v) is False)
-        q = quorum(len(voters))
         if yes >= q:
             if self.role is Role.PRE_CANDIDATE:
                 self._run_election(pre=False, transfer=False)
@@ -326,10 +358,14 @@ class RaftCore:
         return False
 
     def step(self, m: Message) -> None:
-        if isinstance(m, VoteRequest) and m.frm not in self.membership.voters:
+        if (
+            isinstance(m, VoteRequest)
+            and m.frm not in self.membership.voters
+            and not self.in_bootstrap
+        ):
             # Only voters of our configuration may ask for votes: a removed replica that
             # has not heard of its removal must not disrupt the group (not answering is
-            # always safe).
+            # always safe). Before any configuration exists, anyone may (see in_bootstrap).
             return
         if m.term > self.term:
             if isinstance(m, VoteRequest):

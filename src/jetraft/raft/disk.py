@@ -12,6 +12,11 @@ Contract that every implementation keeps and that the WAL relies on (POSIX, spel
 
 Paths are plain strings joined with ``os.path.join``. ``read`` returns a whole file: the WAL
 keeps its files bounded (segments, snapshots), so this is the cheapest way to scan them.
+
+Beyond the ``Disk`` protocol the WAL uses, ``OsDisk`` and ``MemDisk`` also offer what the
+JetStream file store needs (``jetraft.jetstream.store.disk.StoreDisk``): ``open_read`` (random
+reads through a ``ReadFile``), ``overwrite`` (in place, durable once the file is synced through
+any handle) and ``rmdir`` (durable once its parent is synced).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-__all__ = ["AppendFile", "Disk", "MemDisk", "OsDisk", "SimulatedCrash"]
+__all__ = ["AppendFile", "Disk", "MemDisk", "OsDisk", "ReadFile", "SimulatedCrash"]
 
 
 class AppendFile(Protocol):
@@ -37,6 +42,15 @@ class AppendFile(Protocol):
 
     def tell(self) -> int:
         """The current size of the file, unsynced writes included."""
+
+    def close(self) -> None: ...
+
+
+class ReadFile(Protocol):
+    """An open file for random reads (what a reader sees now, unsynced writes included)."""
+
+    def pread(self, offset: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``offset`` (fewer at the end of the file)."""
 
     def close(self) -> None: ...
 
@@ -106,6 +120,21 @@ class _OsAppendFile:
             self._fd = -1
 
 
+class _OsReadFile:
+    __slots__ = ("_fd",)
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+
+    def pread(self, offset: int, size: int) -> bytes:
+        return os.pread(self._fd, size, offset)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
 class OsDisk:
     """The real file system. Holds no state: each open append file is one descriptor."""
 
@@ -166,6 +195,28 @@ class OsDisk:
         finally:
             os.close(fd)
 
+    # -- beyond the WAL's protocol (the JetStream file store) ----------------------------------
+
+    def open_read(self, path: str) -> ReadFile:
+        return _OsReadFile(path)
+
+    def overwrite(self, path: str, offset: int, data: bytes) -> None:
+        """Replace bytes inside the file (not past its end); durable once the file is synced
+        through any handle. Its own descriptor: pwrite on an O_APPEND one would append."""
+        fd = os.open(path, os.O_WRONLY | _O_CLOEXEC)
+        try:
+            if offset + len(data) > os.fstat(fd).st_size:
+                raise ValueError(f"overwrite past the end of {path}")
+            view = memoryview(data)
+            while view:
+                n = os.pwrite(fd, view, offset)
+                view, offset = view[n:], offset + n
+        finally:
+            os.close(fd)
+
+    def rmdir(self, dirname: str) -> None:
+        os.rmdir(dirname)
+
 
 # --------------------------------------------------------------------------------------------
 # In-memory fake with crash semantics
@@ -179,14 +230,17 @@ class SimulatedCrash(Exception):
 @dataclass(eq=False, slots=True)
 class _Inode:
     """One file's bytes. ``current`` is what a reader sees now; ``pending`` lists the writes
-    (bytes) and truncations (int size) since the last sync, in order. The durable content
-    (as of the last sync) is ``current[:durable_len]`` unless a truncation since then cut
-    into it, in which case ``durable_copy`` holds it: syncing never copies the file."""
+    (bytes), truncations (int size) and in-place overwrites ((offset, bytes)) since the last
+    sync, in order. The durable content (as of the last sync) is ``current[:durable_len]``
+    unless a truncation or overwrite since then changed it, in which case ``durable_copy``
+    holds it: syncing never copies the file."""
 
     current: bytearray = field(default_factory=bytearray)
     durable_len: int = 0
     durable_copy: bytes | None = None
-    pending: builtins.list[bytes | int] = field(default_factory=builtins.list)
+    pending: builtins.list[bytes | int | tuple[int, bytes]] = field(
+        default_factory=builtins.list
+    )
 
     def durable(self) -> bytes:
         if self.durable_copy is not None:
@@ -251,6 +305,23 @@ class _MemAppendFile:
             self._closed = True
             if self._generation == self._disk._generation:
                 self._disk.open_handles -= 1
+
+
+class _MemReadFile:
+    __slots__ = ("_disk", "_generation", "_inode")
+
+    def __init__(self, disk: MemDisk, inode: _Inode) -> None:
+        self._disk = disk
+        self._inode = inode
+        self._generation = disk._generation
+
+    def pread(self, offset: int, size: int) -> bytes:
+        if self._generation != self._disk._generation:
+            raise ValueError("file handle is closed (the disk crashed since it was opened)")
+        return bytes(self._inode.current[offset : offset + size])
+
+    def close(self) -> None:
+        pass
 
 
 class MemDisk:
@@ -432,6 +503,33 @@ class MemDisk:
         self._files[d] = inode
         self._meta.append(("rename", s, d))
 
+    # -- beyond the WAL's protocol (the JetStream file store) ----------------------------------
+
+    def open_read(self, path: str) -> ReadFile:
+        return _MemReadFile(self, self._lookup(path))
+
+    def overwrite(self, path: str, offset: int, data: bytes) -> None:
+        """In place, durable once the file is synced; a crash may keep a prefix of it."""
+        inode = self._lookup(path)
+        if offset + len(data) > len(inode.current):
+            raise ValueError(f"overwrite past the end of {path}")
+        self._tick()
+        if offset < inode.durable_len and inode.durable_copy is None:
+            inode.durable_copy = inode.durable()
+        chunk = bytes(data)
+        inode.current[offset : offset + len(chunk)] = chunk
+        inode.pending.append((offset, chunk))
+        self.bytes_written += len(chunk)
+
+    def rmdir(self, dirname: str) -> None:
+        d = _norm(dirname)
+        if d not in self._dirs:
+            raise FileNotFoundError(dirname)
+        if self.list(d):
+            raise OSError(f"directory not empty: {dirname}")
+        self._tick()
+        self._dirs.discard(d)
+
     def sync_dir(self, dirname: str) -> None:
         self._tick()
         d = _norm(dirname)
@@ -485,9 +583,15 @@ def _survive(inode: _Inode, rng: random.Random) -> bytes:
     for op in ops[:keep]:
         if isinstance(op, int):
             del content[op:]
+        elif isinstance(op, tuple):
+            _overwrite_into(content, op[0], op[1])
         else:
             content += op
-    if keep < len(ops) and isinstance(ops[keep], bytes) and rng.random() < 0.5:
+    nxt = ops[keep] if keep < len(ops) else None
+    if isinstance(nxt, tuple) and rng.random() < 0.5:
+        offset, chunk = nxt  # a torn overwrite: a prefix of it reached the disk
+        _overwrite_into(content, offset, chunk[: rng.randrange(len(chunk) + 1)])
+    elif keep < len(ops) and isinstance(ops[keep], bytes) and rng.random() < 0.5:
         torn = ops[keep]
         assert isinstance(torn, bytes)
         cut = rng.randrange(len(torn)) if torn else 0
@@ -498,3 +602,9 @@ def _survive(inode: _Inode, rng: random.Random) -> bytes:
         elif mode == 2:  # stale blocks: arbitrary bytes
             content += rng.randbytes(len(torn) - cut)
     return bytes(content)
+
+
+def _overwrite_into(content: bytearray, offset: int, chunk: bytes) -> None:
+    end = min(offset + len(chunk), len(content))  # an earlier truncation may have cut it
+    if offset < end:
+        content[offset:end] = chunk[: end - offset]

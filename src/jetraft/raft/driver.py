@@ -132,10 +132,11 @@ class Driver:
         learners: Sequence[str] = (),
         snapshot_entries: int = 8192,
         keep_entries: int = 1024,
+        bootstrap_size: int = 0,
     ) -> None:
         """`on_done(token, outcome)` answers each proposal (see propose). Every
         `snapshot_entries` applied entries the log is compacted, keeping `keep_entries`
-        for followers slightly behind."""
+        for followers slightly behind. `bootstrap_size`: see RaftCore.in_bootstrap."""
         self.id = node_id
         self.wal = wal
         self.sm = state_machine
@@ -147,10 +148,14 @@ class Driver:
         self._durable = state_machine if isinstance(state_machine, DurableStateMachine) else None
         self.durable_sm = self._durable is not None
         if recovered is None:
-            self.core = RaftCore(node_id, core_config, rng, peers=peers, learners=learners)
+            self.core = RaftCore(
+                node_id, core_config, rng, peers=peers, learners=learners,
+                bootstrap_size=bootstrap_size,
+            )
         else:
             self.core = core_from_recovered(
-                node_id, core_config, rng, recovered, peers=peers, learners=learners
+                node_id, core_config, rng, recovered, peers=peers, learners=learners,
+                bootstrap_size=bootstrap_size,
             )
             snap = recovered.snapshot
             if snap is not None and not snap.external:

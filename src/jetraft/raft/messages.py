@@ -190,6 +190,7 @@ def _fields(msg: Message) -> tuple[Any, ...]:
             msg.offset,
             msg.done,
             msg.data,
+            mem.size,
         )
     if isinstance(msg, SnapshotResponse):
         return (_SNAP_RESP, msg.index, msg.offset)
@@ -234,8 +235,9 @@ def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
         granted, pre_vote = rest
         return VoteResponse(term, frm, to, granted, pre_vote)
     if code == _SNAP:
-        index, sterm, voters, learners, offset, done, sdata = rest
-        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners)))
+        index, sterm, voters, learners, offset, done, sdata, *more = rest
+        size = int(more[0]) if more else 0
+        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners), size))
         return InstallSnapshot(term, frm, to, meta, offset, bytes(sdata), bool(done))
     if code == _SNAP_RESP:
         index, offset = rest

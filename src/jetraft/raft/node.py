@@ -115,6 +115,7 @@ class RaftNode:
         proposal_timeout_s: float | None = None,
         on_removed: Callable[[], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
+        bootstrap_size: int = 0,
     ) -> None:
         """`wal` and `recovered` come from `Wal.open`; without `recovered` the log is new.
         Every `snapshot_entries` applied entries the log is compacted, keeping
@@ -136,6 +137,7 @@ class RaftNode:
             node_id, peers, core_config, wal, state_machine, transport.send, self._done,
             rng or random.Random(), recovered=recovered, learners=learners,
             snapshot_entries=snapshot_entries, keep_entries=keep_entries,
+            bootstrap_size=bootstrap_size,
         )
         self.driver.on_removed = self._removed
         self.driver.on_error = self._failed
@@ -184,6 +186,10 @@ class RaftNode:
         """One tick (called by the node's timer or its Ticker)."""
         if self.driver.tick():
             self._wake.set()
+
+    def set_bootstrap_peers(self, peers: Sequence[str]) -> None:
+        """The servers a group that is still bootstrapping may ask for votes."""
+        self.core.set_bootstrap_peers(peers)
 
     def subscribe(self, callback: Callable[[SoftState], None]) -> None:
         """callback(soft_state) on each change of leader, role or term."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .membership import quorum
 from .messages import (
     AppendEntries,
     AppendResponse,
@@ -182,7 +181,10 @@ def maybe_commit(core: RaftCore) -> bool:
     if not voters:
         return False
     matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
-    mci = matches[quorum(len(voters)) - 1]
+    q = core.membership.quorum()
+    if q > len(matches):
+        return False  # fewer voters known than a quorum of the cluster's size
+    mci = matches[q - 1]
     log = core.log
     if mci <= log.committed or log.term(mci) != core.term:
         return False

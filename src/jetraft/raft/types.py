@@ -35,8 +35,17 @@ class HardState:
 
 @dataclass(frozen=True, slots=True)
 class Membership:
+    """Who votes and who only follows. ``size`` is the cluster size a quorum is counted
+    against while fewer voters are known than the group was started for (a group
+    bootstrapped with some of its servers missing): a quorum is always a majority of
+    max(size, number of voters)."""
+
     voters: tuple[str, ...]
     learners: tuple[str, ...] = ()
+    size: int = 0
+
+    def quorum(self) -> int:
+        return max(self.size, len(self.voters)) // 2 + 1
 
 
 @dataclass(frozen=True, slots=True)

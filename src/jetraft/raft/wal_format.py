@@ -165,16 +165,26 @@ def find_next_valid(data: bytes, start: int) -> int | None:
 # --------------------------------------------------------------------------------------------
 # Snapshot files
 
-SNAP_MAGIC = b"JRSNAP01"
-SNAP_MAGIC_EXTERNAL = b"JRSNAPX1"
-_SNAP_FIXED = struct.Struct("<QQHH")
+# Magic: snapshot with data or external marker (no data), in version 2 (which adds the
+# membership's cluster size) or version 1 (still read).
+SNAP_MAGIC = b"JRSNAP02"
+SNAP_MAGIC_EXTERNAL = b"JRSNAPX2"
+_V1 = {b"JRSNAP01": False, b"JRSNAPX1": True}  # magic -> external
+_SNAP_FIXED = struct.Struct("<QQHHI")
+_SNAP_FIXED_V1 = struct.Struct("<QQHH")
 _U16 = struct.Struct("<H")
 
 
 def encode_snapshot(snap: Snapshot) -> bytes:
     m = snap.meta
     parts = [
-        _SNAP_FIXED.pack(m.index, m.term, len(m.membership.voters), len(m.membership.learners))
+        _SNAP_FIXED.pack(
+            m.index,
+            m.term,
+            len(m.membership.voters),
+            len(m.membership.learners),
+            m.membership.size,
+        )
     ]
     for node_id in (*m.membership.voters, *m.membership.learners):
         raw = node_id.encode()
@@ -191,17 +201,24 @@ def encode_snapshot(snap: Snapshot) -> bytes:
 def decode_snapshot(data: bytes) -> Snapshot | str:
     """The snapshot in ``data``, or why it is not a valid snapshot file."""
     head = len(SNAP_MAGIC) + CRC_BYTES
-    if len(data) < head + _SNAP_FIXED.size:
-        return "snapshot file too short"
     magic = data[: len(SNAP_MAGIC)]
-    if magic not in (SNAP_MAGIC, SNAP_MAGIC_EXTERNAL):
+    if magic in (SNAP_MAGIC, SNAP_MAGIC_EXTERNAL):
+        fixed, external = _SNAP_FIXED, magic == SNAP_MAGIC_EXTERNAL
+    elif magic in _V1:
+        fixed, external = _SNAP_FIXED_V1, _V1[magic]
+    else:
         return "bad snapshot magic"
-    external = magic == SNAP_MAGIC_EXTERNAL
+    if len(data) < head + fixed.size:
+        return "snapshot file too short"
     (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
     if _crc32(memoryview(data)[head:]) != crc:
         return "snapshot checksum mismatch"
-    index, term, n_voters, n_learners = _SNAP_FIXED.unpack_from(data, head)
-    pos = head + _SNAP_FIXED.size
+    if fixed is _SNAP_FIXED:
+        index, term, n_voters, n_learners, cluster_size = fixed.unpack_from(data, head)
+    else:
+        index, term, n_voters, n_learners = fixed.unpack_from(data, head)
+        cluster_size = 0
+    pos = head + fixed.size
     ids: list[str] = []
     for _ in range(n_voters + n_learners):
         if pos + _U16.size > len(data):
@@ -215,7 +232,7 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
         except UnicodeDecodeError:
             return "snapshot member id is not utf-8"
         pos += size
-    membership = Membership(voters=tuple(ids[:n_voters]), learners=tuple(ids[n_voters:]))
+    membership = Membership(tuple(ids[:n_voters]), tuple(ids[n_voters:]), cluster_size)
     if external and pos != len(data):
         return "external snapshot with data"
     return Snapshot(SnapshotMeta(index, term, membership), data[pos:], external)

@@ -8,17 +8,73 @@ import contextlib
 import logging
 import os
 import resource
+import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 from urllib.parse import parse_qs, urlsplit
 
 import msgspec
 
+from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
+from jetraft.server.core.accounts import AccountStats
+from jetraft.server.core.auth import Authenticator
+from jetraft.server.core.client_conn import ClientConnection, ServerStats
 
-if TYPE_CHECKING:
-    from jetraft.server.client_conn import ClientConnection
-    from jetraft.server.server import Server
+
+class JszSource(Protocol):
+    def jsz(self, q: Mapping[str, str]) -> dict[str, Any]: ...
+
+
+class RoutezSource(Protocol):
+    @property
+    def port(self) -> int: ...
+
+    def routez(self) -> list[dict[str, Any]]: ...
+
+
+class MonitoredServer(Protocol):
+    """What the monitoring endpoints read (``server.Server`` provides it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def stats(self) -> ServerStats: ...
+
+    @property
+    def clients(self) -> Mapping[int, ClientConnection]: ...
+
+    @property
+    def client_port(self) -> int: ...
+
+    @property
+    def start_time(self) -> float: ...
+
+    @property
+    def tls_context(self) -> ssl.SSLContext | None: ...
+
+    @property
+    def jetstream(self) -> JszSource | None: ...
+
+    @property
+    def mesh(self) -> RoutezSource | None: ...
+
+    def totals(self) -> AccountStats: ...
+
+    def info_version(self) -> str: ...
+
+    def package_version(self) -> str: ...
 
 log = logging.getLogger("jetraft.monitor")
 
@@ -70,7 +126,7 @@ class _CpuMeter:
 
 
 class MonitorServer:
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: MonitoredServer) -> None:
         self.server = server
         self._srv: asyncio.AbstractServer | None = None
         self._cpu = _CpuMeter()
@@ -85,6 +141,7 @@ class MonitorServer:
             "/subsz": self.subsz,
             "/subscriptionsz": self.subsz,
             "/jsz": self.jsz,
+            "/routez": self.routez,
         }
 
     async def start(self, host: str, port: int) -> None:
@@ -188,8 +245,8 @@ class MonitorServer:
             "cpu": self._cpu.percent(),
             "connections": len(s.clients),
             "total_connections": st.total_connections,
-            "routes": 0,
-            "remotes": 0,
+            "routes": len(s.mesh.routez()) if s.mesh is not None else 0,
+            "remotes": len(s.mesh.routez()) if s.mesh is not None else 0,
             "leafnodes": 0,
             "in_msgs": tot.in_msgs,
             "out_msgs": tot.out_msgs,
@@ -203,8 +260,28 @@ class MonitorServer:
         if cfg.server_tags:
             out["tags"] = list(cfg.server_tags)
         if cfg.cluster is not None:
-            out["cluster"] = {"name": cfg.cluster.name, "port": cfg.cluster.port}
+            cl = cfg.cluster
+            out["cluster"] = {
+                "name": cl.name,
+                "addr": cl.host,
+                "cluster_port": s.mesh.port if s.mesh is not None else cl.port,
+                "auth_timeout": cl.auth_timeout_s or 2.0,
+                "urls": [u.split("://", 1)[-1].rsplit("@", 1)[-1] for u in cl.routes],
+                "tls_required": cl.tls is not None,
+                "tls_verify": cl.tls is not None and cl.tls.verify,
+            }
         return out
+
+    def routez(self, q: dict[str, str]) -> dict[str, Any]:
+        s = self.server
+        routes = s.mesh.routez() if s.mesh is not None else []
+        return {
+            "server_id": s.server_id,
+            "server_name": s.name,
+            "now": rfc3339(time.time()),
+            "num_routes": len(routes),
+            "routes": routes,
+        }
 
     def connz(self, q: dict[str, str]) -> dict[str, Any]:
         now = time.time()

@@ -186,6 +186,46 @@ async def test_damaged_stream_is_reported_and_left_alone(make_server: Any, tmp_p
         assert path.exists() and path.read_bytes() == blob, f"{path} was changed"
 
 
+async def test_damaged_consumer_is_offline_reserved_and_left_alone(
+    make_server: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = 'jetstream { store_dir: "%s" }' % (tmp_path / "js")
+    server = await make_server(conf)
+    nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    js = nc.jetstream()
+    await js.add_stream(name="S", subjects=["s"])
+    await js.publish("s", b"x")
+    await js.add_consumer("S", durable_name="FINE")
+    await js.add_consumer("S", durable_name="BROKEN")
+    await nc.close()
+    await server.stop()
+
+    state = _stream_dir(tmp_path, "S") / "obs" / "BROKEN" / "consumer.dat"
+    raw = bytearray(state.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    state.write_bytes(bytes(raw))
+
+    server = await make_server(conf)
+    assert "consumer S > BROKEN is offline" in caplog.text
+    nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    js = nc.jetstream()
+    assert (await js.consumer_info("S", "FINE")).num_pending == 1
+    names = await api(nc, "CONSUMER.NAMES.S")
+    assert names["consumers"] == ["FINE"]
+    # The name stays taken, with nats-server's offline error.
+    resp = await api(
+        nc, "CONSUMER.CREATE.S.BROKEN", {"stream_name": "S", "config": {"name": "BROKEN"}}
+    )
+    code, err_code, text = err(resp)
+    assert (code, err_code) == (500, 10195) and "checksum" in text
+    jsz = server.jetstream.jsz({"accounts": "1"})
+    offline = jsz["account_details"][0]["offline_consumers"]
+    assert list(offline) == ["S"] and list(offline["S"]) == ["BROKEN"]
+    await nc.close()
+    await server.stop()
+    assert state.read_bytes() == bytes(raw)  # untouched
+
+
 async def test_jsz_monitor_endpoint(make_server: Any, tmp_path: Path) -> None:
     server = await make_server('jetstream { store_dir: "%s" }' % (tmp_path / "js"), http=True)
     nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")

@@ -13,7 +13,7 @@ import nats
 import pytest
 
 from jetraft.jetstream.store.types import StreamStore
-from jetraft.server import js_streams
+from jetraft.server.js import streams as js_streams
 from tests.integration.jetstream.js_helpers import VS_NATS
 
 pytestmark = pytest.mark.skipif(VS_NATS, reason="instruments jetraft's sync path")
@@ -74,35 +74,44 @@ async def test_one_fsync_covers_many_messages(
     await nc.close()
 
 
-async def test_lazy_sync_interval_acks_without_waiting_and_syncs_on_the_timer(
+async def test_lazy_sync_interval_acks_after_the_write_and_syncs_on_the_timer(
     make_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``sync_interval`` opts out of fsync-before-PubAck: the group-commit path is never
-    used (acks come although it would block forever), and the interval timer still makes the
-    data durable."""
-
-    def never(store: StreamStore) -> Callable[[], None] | None:
-        raise AssertionError("a lazy stream must not wait for an fsync before acking")
-
-    monkeypatch.setattr(js_streams, "prepare_sync", never)
+    """``sync_interval`` opts out of fsync-before-PubAck: acks come while an fsync is held
+    back, but each only once its message was written to the OS (a process crash loses
+    nothing acknowledged), and the interval timer still makes the data durable."""
+    gate = threading.Event()
     syncs = 0
-    server = await make_server(
-        'jetstream { store_dir: "%s", sync_interval: "200ms" }' % (tmp_path / "js")
-    )
+    real = js_streams.prepare_sync
+
+    def held(store: StreamStore) -> Callable[[], None] | None:
+        nonlocal syncs
+        work = real(store)
+
+        def slow() -> None:
+            nonlocal syncs
+            gate.wait(10)
+            if work is not None:
+                work()
+            syncs += 1
+
+        return slow
+
+    monkeypatch.setattr(js_streams, "prepare_sync", held)
+    store_dir = tmp_path / "js"
+    server = await make_server(f'jetstream {{ store_dir: "{store_dir}", sync_interval: "100ms" }}')
     nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
     js = nc.jetstream()
     await js.add_stream(name="LZ", subjects=["lz"])
     store = server.jetstream.accounts["$G"].streams["LZ"].store
-    real_sync = store.sync
-
-    def counted_sync() -> None:
-        nonlocal syncs
-        syncs += 1
-        real_sync()
-
-    monkeypatch.setattr(store, "sync", counted_sync)
+    blocks = list((store_dir / "jetstream" / "$G" / "streams" / "LZ" / "msgs").glob("*.dat"))
+    assert len(blocks) == 1
     for i in range(20):
-        assert (await js.publish("lz", b"%d" % i)).seq == i + 1
+        payload = b"lazy-payload-%03d" % i
+        assert (await js.publish("lz", payload)).seq == i + 1
+        assert payload in blocks[0].read_bytes()  # in the OS's hands before the ack
+    assert syncs == 0
+    gate.set()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 5
     while store.needs_sync or syncs == 0:

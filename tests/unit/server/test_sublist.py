@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jetraft.protocol.subjects import subject_matches
-from jetraft.server.sublist import SubList
+from jetraft.server.core.sublist import SubList
 
 
 def test_literal_wildcards_and_queues() -> None:

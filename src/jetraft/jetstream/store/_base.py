@@ -163,6 +163,14 @@ class BaseStore:
         self._check()
         return self._remove(seq)
 
+    def erase(self, seq: int) -> bool:
+        """Memory: the same as ``remove`` (the file store also overwrites the bytes)."""
+        return self.remove(seq)
+
+    @property
+    def deferred_work(self) -> bool:
+        return False
+
     def _compact(self, seq: int) -> int:
         n = self._ix.compact(seq)
         self._compacted()
@@ -381,8 +389,10 @@ class BaseStore:
                     raise StoreCorruption("<snapshot>", consumed + off, e.reason) from None
                 if ended:
                     raise StoreCorruption("<snapshot>", consumed + off, "data after the end")
-                body = bytes(pending[off : off + rlen])
+                if pending[off + rec.FLAGS_AT] & rec.FLAG_SEALED or kind == rec.KIND_ERASED:
+                    raise StoreCorruption("<snapshot>", consumed + off, "not a snapshot record")
                 if kind == rec.KIND_MSG:
+                    body = bytes(rec.plain_body(pending, off, rlen, None))
                     subj, headers, data = rec.msg_fields(body, slen, hlen)
                     subject = subj.decode()
                     if seq <= ix.last:

@@ -1,18 +1,19 @@
-"""Block files of the file store: naming, metadata, fsync helpers, the read-fd cache."""
+"""Block files of the file store: naming, metadata, the cache of open read handles."""
 
 from __future__ import annotations
 
-import os
 import re
 from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from jetraft.jetstream.store.disk import ReadFile, StoreDisk
+
 BLOCK_RE = re.compile(r"^blk\.(\d{8})\.dat$")
 OFF_BITS = 40  # a location is (block index << 40) | offset
 OFF_MASK = (1 << OFF_BITS) - 1
-_MAX_READ_FDS = 32
+_MAX_READ_FILES = 32
 
 
 def block_name(idx: int) -> str:
@@ -43,6 +44,7 @@ class Block:
     present: array[int] | None = None  # set by a rewrite: the seqs it kept
     has_dels: bool = False
     settled: bool = False  # rewritten and nothing in or below it changed since
+    erasing: int = 0  # records waiting to be overwritten in place (secure erase)
 
     def holds(self, seq: int) -> bool:
         """Is the MSG record of ``seq`` physically in this block?"""
@@ -55,51 +57,31 @@ class Block:
         return i < len(p) and p[i] == seq
 
 
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+class ReadFiles:
+    """A small LRU of open read handles on block files (bounded: streams x blocks)."""
 
+    def __init__(self, disk: StoreDisk) -> None:
+        self._disk = disk
+        self._files: OrderedDict[int, ReadFile] = OrderedDict()
 
-def fdatasync(fd: int) -> None:
-    sync = getattr(os, "fdatasync", os.fsync)
-    sync(fd)
-
-
-def write_all(fd: int, data: bytes | bytearray | memoryview) -> None:
-    with memoryview(data) as mv:
-        done = 0
-        total = len(mv)
-        while done < total:
-            done += os.write(fd, mv[done:])
-
-
-class ReadFds:
-    """A small LRU of read-only descriptors for sealed blocks (bounded: streams x blocks)."""
-
-    def __init__(self) -> None:
-        self._fds: OrderedDict[int, int] = OrderedDict()
-
-    def get(self, block: Block) -> int:
-        fd = self._fds.get(block.idx)
-        if fd is None:
-            fd = os.open(block.path, os.O_RDONLY)
-            self._fds[block.idx] = fd
-            if len(self._fds) > _MAX_READ_FDS:
-                _, old = self._fds.popitem(last=False)
-                os.close(old)
+    def get(self, block: Block) -> ReadFile:
+        f = self._files.get(block.idx)
+        if f is None:
+            f = self._disk.open_read(block.path)
+            self._files[block.idx] = f
+            if len(self._files) > _MAX_READ_FILES:
+                _, old = self._files.popitem(last=False)
+                old.close()
         else:
-            self._fds.move_to_end(block.idx)
-        return fd
+            self._files.move_to_end(block.idx)
+        return f
 
     def drop(self, idx: int) -> None:
-        fd = self._fds.pop(idx, None)
-        if fd is not None:
-            os.close(fd)
+        f = self._files.pop(idx, None)
+        if f is not None:
+            f.close()
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for f in self._files.values():
+            f.close()
+        self._files.clear()

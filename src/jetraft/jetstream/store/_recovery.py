@@ -1,153 +1,189 @@
-"""Opening a file store directory: finishing a restore swap, replaying blocks, torn tails.
+"""Opening a file store directory: replaying blocks, torn tails, interrupted erases.
 
 Rules (see DESIGN.md, durability contract):
 
 * Only the tail of the *last* non-empty block may be torn (a crash mid-write): when the first
   bad record there has no valid record anywhere after it, the block is truncated at that
   record and the cut is reported in ``truncated``.
+* A record that fails its checksum but is framed (its header's magic and length lead to a
+  valid record or to the end of its block) is a *suspect*: a secure erase overwrites a record
+  in place only after the record's DEL is durable, so a crash during that overwrite leaves
+  such a record behind, and a later DEL names its seq. Suspects that a DEL or FLOOR covers
+  are erased messages; any other is corruption.
 * Any other bad record (an older block, or valid records after the bad bytes) raises
   ``StoreCorruption`` with the file and offset. Nothing is truncated or deleted then: the
   replica must be repaired, the server must not "fix" it by dropping data.
-* A torn tail in an older block cannot happen in normal operation: a block is fsync'd before
-  the next one is created. A crash after unsynced writes could, on some file systems, persist
-  later pages before earlier ones; that shows as corruption (a false alarm that only concerns
-  messages that were never acknowledged).
+* A torn tail in an older block cannot happen: a block is fsync'd before the next one is
+  created.
+* Encrypted stores: every record must open with the store's key; one that does not is
+  corruption (tampering or bit rot), never skipped.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from array import array
+from dataclasses import dataclass, field
 
 from jetraft.jetstream.store import _records as rec
-from jetraft.jetstream.store._blocks import (
-    BLOCK_RE,
-    OFF_BITS,
-    Block,
-    fsync_dir,
-)
+from jetraft.jetstream.store._blocks import BLOCK_RE, OFF_BITS, Block, block_name
 from jetraft.jetstream.store._index import SeqIndex
+from jetraft.jetstream.store.cipher import CipherError, RecordCipher
+from jetraft.jetstream.store.disk import StoreDisk
 from jetraft.jetstream.store.types import StoreCorruption, StoredMsg
 
 MSGS_DIR = "msgs"
-OLD_DIR = "msgs.old"
-RESTORE_DIR = "restore.tmp"
-RESTORE_DONE = "DONE"
+# A suspect's seq comes from a header that failed its checksum: believe it only near the
+# sequences around it (an erased record sits where its message was).
+MAX_SUSPECT_GAP = 1 << 20
 
 
-def settle_restore(root: str) -> None:
-    """Finish or undo a restore interrupted by a crash (see FileStore.restore).
-
-    Only our own temporary directories are removed; stream data is moved, never dropped,
-    unless a complete replacement (``DONE`` marker) has taken its place.
-    """
-    msgs = os.path.join(root, MSGS_DIR)
-    old = os.path.join(root, OLD_DIR)
-    tmp = os.path.join(root, RESTORE_DIR)
-    done = os.path.exists(os.path.join(tmp, RESTORE_DONE))
-    if not os.path.exists(msgs) and os.path.exists(old):
-        if done and os.path.isdir(os.path.join(tmp, MSGS_DIR)):
-            os.rename(os.path.join(tmp, MSGS_DIR), msgs)  # roll forward
-        else:
-            os.rename(old, msgs)  # roll back
-        fsync_dir(root)
-    if os.path.exists(old) and os.path.exists(msgs):
-        shutil.rmtree(old)
-    if os.path.exists(tmp):
-        shutil.rmtree(tmp)
-
-
-def list_blocks(msgs_dir: str) -> list[Block]:
-    names = os.listdir(msgs_dir)
+def list_blocks(disk: StoreDisk, msgs_dir: str) -> list[Block]:
+    names = disk.list(msgs_dir)
     present = set(names)
     for name in names:
         if name.endswith(".dat.tmp"):
             path = os.path.join(msgs_dir, name)
             if name[:-4] not in present:
                 raise StoreCorruption(path, 0, "block rewrite left without its block")
-            os.unlink(path)  # an interrupted compaction; the block itself is intact
+            disk.remove(path)  # an interrupted compaction; the block itself is intact
     idxs = sorted(int(m.group(1)) for n in names if (m := BLOCK_RE.match(n)))
-    return [Block(i, os.path.join(msgs_dir, f"blk.{i:08d}.dat")) for i in idxs]
+    return [Block(i, os.path.join(msgs_dir, block_name(i))) for i in idxs]
+
+
+@dataclass(slots=True)
+class _Replay:
+    ix: SeqIndex[StoredMsg]
+    cipher: RecordCipher | None
+    suspects: dict[int, tuple[str, int]] = field(default_factory=dict)  # seq -> (path, off)
 
 
 def recover(
-    msgs_dir: str, ix: SeqIndex[StoredMsg]
+    disk: StoreDisk, msgs_dir: str, ix: SeqIndex[StoredMsg], cipher: RecordCipher | None
 ) -> tuple[list[Block], list[tuple[str, int, int]]]:
     """Replay every block into ``ix``; returns (blocks, truncated (path, offset, bytes cut))."""
-    blocks = list_blocks(msgs_dir)
-    sizes = [os.path.getsize(b.path) for b in blocks]
+    blocks = list_blocks(disk, msgs_dir)
+    sizes = [disk.size(b.path) for b in blocks]
     truncated: list[tuple[str, int, int]] = []
+    state = _Replay(ix, cipher)
     for k, b in enumerate(blocks):
-        with open(b.path, "rb") as f:
-            data = f.read()
+        data = disk.read(b.path)
         b.size = len(data)
-        present: array[int] = array("Q")
-        end = _replay(ix, b, data, present)
-        if len(present) != (b.last_msg - b.first_msg + 1 if b.first_msg else 0):
-            b.present = present  # a rewritten (or skip-holed) block: exactly what is there
-        if end is None:
-            continue
-        bad = end
         is_last = all(s == 0 for s in sizes[k + 1 :])
+        present: array[int] = array("Q")
+        bad = _replay(state, b, data, present, is_last)
+        if len(present) != (b.last_msg - b.first_msg + 1 if b.first_msg else 0):
+            b.present = present  # a rewritten (or holed) block: exactly what is there
+        if bad is None:
+            continue
         # Even "runs past the end" may be a flipped length field: look for valid records after.
         torn = rec.valid_record_after(data, bad.offset) < 0
         if not (is_last and torn):
             raise StoreCorruption(b.path, bad.offset, bad.reason)
-        with open(b.path, "r+b") as f:
+        f = disk.open_append(b.path)
+        try:
             f.truncate(bad.offset)
-            f.flush()
-            os.fsync(f.fileno())
+            f.sync()
+        finally:
+            f.close()
         truncated.append((b.path, bad.offset, len(data) - bad.offset))
         b.size = bad.offset
+    if state.suspects:
+        seq = min(state.suspects)
+        path, off = state.suspects[seq]
+        raise StoreCorruption(path, off, f"checksum mismatch (record of seq {seq})")
     _recount(ix, blocks)
     return blocks, truncated
 
 
-def _replay(
-    ix: SeqIndex[StoredMsg], b: Block, data: bytes, present: array[int]
-) -> rec.BadRecord | None:
-    """Apply the block's records; returns the first bad record (None when all are good)."""
-    idx_bits = b.idx << OFF_BITS
-    mv = memoryview(data)
+def _framed(data: bytes, off: int) -> int:
+    """The length of the record at ``off`` if its header frames it (magic, a sane length that
+    ends at the end of the data or where a valid record starts), else 0."""
+    if off + rec.HDR_SIZE > len(data) or data[off : off + 4] != rec.MAGIC_BYTES:
+        return 0
+    rec_len = int.from_bytes(data[off + 4 : off + 8], "little")
+    end = off + rec_len
+    if rec_len < rec.OVERHEAD or end > len(data):
+        return 0
+    if end == len(data):
+        return rec_len
     try:
-        for off, kind, rlen, slen, seq, ts, hlen in rec.scan(data):
-            if kind == rec.KIND_MSG:
-                if seq <= ix.last:
-                    raise StoreCorruption(b.path, off, "message sequence not increasing")
-                p = off + rec.HDR_SIZE
-                try:
-                    subject = str(mv[p : p + slen], "utf-8")
-                except UnicodeDecodeError:
-                    raise StoreCorruption(b.path, off, "subject is not UTF-8") from None
-                # nats-server accounting: 30 + subject + data, 34 + subject + hdr + data.
-                size = rlen - rec.OVERHEAD + (30 if hlen == rec.NO_HDR or hlen == 0 else 34)
-                ix.append(seq, subject, ts, size, idx_bits | off, rlen, None)
-                present.append(seq)
-                if not b.first_msg:
-                    b.first_msg = seq
-                b.last_msg = seq
-                b.max_ref = max(b.max_ref, seq)
-            elif kind == rec.KIND_DEL:
-                for t in rec.del_targets(mv[off + rec.HDR_SIZE : off + rlen - 4]):
-                    ix.remove(t)
-                b.max_ref = max(b.max_ref, seq)
-                b.has_dels = True
-            elif kind == rec.KIND_FLOOR:
-                ix.compact(seq)
-                ix.last_ts = ts
-                b.max_ref = max(b.max_ref, seq - 1)
-            elif kind == rec.KIND_SKIP:
-                ix.skip_to(seq)
-                ix.last_ts = ts
-                b.max_ref = max(b.max_ref, seq)
-            else:
-                raise StoreCorruption(b.path, off, "snapshot end record inside a block")
-    except rec.BadRecord as e:
-        return e
-    finally:
-        mv.release()
+        rec.check_one(data, end)
+    except rec.BadRecord:
+        return 0
+    return rec_len
+
+
+def _replay(
+    st: _Replay, b: Block, data: bytes, present: array[int], is_last: bool
+) -> rec.BadRecord | None:
+    """Apply the block's records; returns the first bad record that is not a suspect."""
+    off, n = 0, len(data)
+    while off < n:
+        try:
+            parsed = rec.check_one(data, off)
+        except rec.BadRecord as e:
+            rec_len = 0 if e.truncated else _framed(data, off)
+            if not rec_len or (is_last and off + rec_len == n):
+                return e  # torn tail (if last) or corruption, decided by the caller
+            seq = rec.HEADER.unpack_from(data, off)[5]
+            if seq <= st.ix.last or seq > st.ix.last + MAX_SUSPECT_GAP:
+                return e
+            st.ix.skip_to(seq)
+            st.suspects[seq] = (b.path, off)
+            b.max_ref = max(b.max_ref, seq)
+            off += rec_len
+            continue
+        _apply(st, b, data, parsed, present)
+        off += parsed[2]
     return None
+
+
+def _apply(st: _Replay, b: Block, data: bytes, parsed: rec.Parsed, present: array[int]) -> None:
+    off, kind, rlen, slen, seq, ts, hlen = parsed
+    ix = st.ix
+    try:
+        body = rec.plain_body(data, off, rlen, st.cipher)
+    except CipherError as e:
+        raise StoreCorruption(b.path, off, str(e)) from None
+    if kind in (rec.KIND_MSG, rec.KIND_ERASED):
+        if seq <= ix.last:
+            raise StoreCorruption(b.path, off, "message sequence not increasing")
+        if kind == rec.KIND_ERASED:
+            ix.skip_to(seq)
+            ix.last_ts = ts
+        else:
+            try:
+                subject = str(body[:slen], "utf-8")
+            except UnicodeDecodeError:
+                raise StoreCorruption(b.path, off, "subject is not UTF-8") from None
+            plain = rlen - rec.OVERHEAD - (rec.SEAL_OVERHEAD if st.cipher is not None else 0)
+            # nats-server accounting: 30 + subject + data, 34 + subject + hdr + data.
+            size = plain + (30 if hlen == rec.NO_HDR or hlen == 0 else 34)
+            ix.append(seq, subject, ts, size, (b.idx << OFF_BITS) | off, rlen, None)
+            present.append(seq)
+            if not b.first_msg:
+                b.first_msg = seq
+            b.last_msg = seq
+        b.max_ref = max(b.max_ref, seq)
+    elif kind == rec.KIND_DEL:
+        for t in rec.del_targets(body):
+            ix.remove(t)
+            st.suspects.pop(t, None)
+        b.max_ref = max(b.max_ref, seq)
+        b.has_dels = True
+    elif kind == rec.KIND_FLOOR:
+        ix.compact(seq)
+        ix.last_ts = ts
+        for s in [s for s in st.suspects if s < seq]:
+            del st.suspects[s]
+        b.max_ref = max(b.max_ref, seq - 1)
+    elif kind == rec.KIND_SKIP:
+        ix.skip_to(seq)
+        ix.last_ts = ts
+        b.max_ref = max(b.max_ref, seq)
+    else:
+        raise StoreCorruption(b.path, off, "snapshot end record inside a block")
 
 
 def _recount(ix: SeqIndex[StoredMsg], blocks: list[Block]) -> None:

@@ -2,24 +2,32 @@
 
 Layout of a stream directory::
 
-    LOCK                    flock'd while a FileStore has the directory open
+    LOCK                    flock'd while a FileStore has the directory open (real disks)
     msgs/blk.00000001.dat   block files, appended to in order, rotated at ``block_size``
 
+Every file operation goes through the storage seam (``disk.StoreDisk``): the real file system
+in production, the crash-modelling ``MemDisk`` in the power-loss tests.
+
 Messages stay on disk; memory holds only the index (about 36 bytes per message: subject id,
-timestamp, size, location, record length, plus the per-subject sequence list) and reads use
-``os.pread`` with a read-ahead when access is sequential.
+timestamp, size, location, record length, plus the per-subject sequence list) and reads are
+positioned reads with a read-ahead when access is sequential.
 
 Durability: records go to a write buffer; ``flush()`` writes it to the OS, ``sync()`` writes
-and fdatasyncs it: one fsync covers everything stored, removed or purged since the previous
-``sync()`` (group commit). Removals are recorded as DEL records and bulk removals from the
-front as one FLOOR record, both batched at flush time. A block is fsync'd before the next one
-is created. Nothing is durable before ``sync()``; with a lazy ``sync_interval`` the caller
-calls ``sync()`` on its timer and the loss window is that interval.
+and syncs it: one fsync covers everything stored, removed or purged since the previous sync
+(group commit). ``begin_sync()`` splits that in two so the fsync can run in a worker thread.
+Removals are recorded as DEL records and bulk removals from the front as one FLOOR record,
+both batched at flush time. A block is fsync'd before the next one is created. Two kinds of
+work wait for the sync *after* the one that made their record durable (``deferred_work``):
+secure erase (``erase``) overwrites a message's record in place with an ERASED record only
+once its DEL is durable, so a crash mid-overwrite is recognisable (see ``_recovery``); and a
+block below a new FLOOR is unlinked only once that FLOOR is durable.
 
 Space: a sealed block is unlinked once every sequence it refers to is below the first
 sequence; at every block rotation the sealed block with the least live data (under half) is
-rewritten with only its live messages (tmp file + rename), which bounds the space of KV-style
+rewritten with only its live messages (``write_atomic``), which bounds the space of KV-style
 streams whose old revisions die all over the place.
+
+Encryption at rest: with a ``RecordCipher`` every record body is sealed (see ``_records``).
 
 Opening never deletes stream data (see ``_recovery``): a torn tail of the last block is
 truncated and reported in ``truncated``; any other bad record raises ``StoreCorruption``.
@@ -30,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import shutil
 import zlib
 from array import array
 from bisect import bisect_left
@@ -38,25 +45,12 @@ from collections.abc import Callable, Iterable
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._base import BaseStore
-from jetraft.jetstream.store._blocks import (
-    OFF_BITS,
-    OFF_MASK,
-    Block,
-    ReadFds,
-    block_name,
-    fdatasync,
-    fsync_dir,
-    write_all,
-)
+from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles, block_name
 from jetraft.jetstream.store._index import SeqIndex
-from jetraft.jetstream.store._recovery import (
-    MSGS_DIR,
-    OLD_DIR,
-    RESTORE_DIR,
-    RESTORE_DONE,
-    recover,
-    settle_restore,
-)
+from jetraft.jetstream.store._recovery import MSGS_DIR, recover
+from jetraft.jetstream.store._restore import restore_into, settle_restore
+from jetraft.jetstream.store.cipher import CipherError, RecordCipher
+from jetraft.jetstream.store.disk import OS_DISK, AppendFile, OsDisk, StoreDisk, remove_dir
 from jetraft.jetstream.store.types import (
     Limits,
     StoreCorruption,
@@ -83,26 +77,41 @@ class FileStore(BaseStore):
         *,
         block_size: int = DEFAULT_BLOCK_SIZE,
         read_ahead: int = READ_AHEAD,
+        disk: StoreDisk | None = None,
+        cipher: RecordCipher | None = None,
+        first_block: int = 1,
+        lock: bool = True,
     ) -> None:
         super().__init__(limits or Limits(), file_mode=True)
         self._root = os.fspath(directory)
         self._msgs_dir = os.path.join(self._root, MSGS_DIR)
         self._block_size = block_size
         self._read_ahead = read_ahead
+        self._disk = disk if disk is not None else OS_DISK
+        self._cipher = cipher
+        self._first_block = first_block
         self._failed: BaseException | None = None
         self.truncated: list[tuple[str, int, int]] = []
-        os.makedirs(self._root, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self._root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._lock_fd)
-            raise StoreError(f"stream store {self._root} is in use by another store") from None
+        self._disk.makedirs(self._root)
+        self._lock_fd = -1
+        if lock and isinstance(self._disk, OsDisk):
+            # Two processes appending to one stream would interleave records: refuse.
+            self._lock_fd = os.open(os.path.join(self._root, "LOCK"), os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(self._lock_fd)
+                raise StoreError(f"stream store {self._root} is in use by another store") from None
         try:
             self._open()
         except BaseException:
-            os.close(self._lock_fd)
+            self._unlock()
             raise
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
     @property
     def directory(self) -> str:
@@ -111,35 +120,40 @@ class FileStore(BaseStore):
     # --- opening ---------------------------------------------------------------------------
 
     def _open(self) -> None:
-        settle_restore(self._root)
-        created = not os.path.isdir(self._msgs_dir)
-        os.makedirs(self._msgs_dir, exist_ok=True)
-        if created:
-            fsync_dir(self._root)
+        disk = self._disk
+        settle_restore(disk, self._root)
+        disk.makedirs(self._msgs_dir)
         self._ix = SeqIndex(True)
-        blocks, self.truncated = recover(self._msgs_dir, self._ix)
+        blocks, self.truncated = recover(disk, self._msgs_dir, self._ix, self._cipher)
         self._blocks: dict[int, Block] = {b.idx: b for b in blocks}
-        self._fds = ReadFds()
+        self._files = ReadFiles(disk)
         self._wbuf = bytearray()
         self._pending_dels: list[int] = []
         self._floor_written = self._ix.first
+        self._durable_floor = self._ix.first  # FLOOR durable as of the last finished sync
+        self._synced_floor = self._ix.first  # what the running sync makes durable
         self._last_covered = self._ix.last
         self._unsynced = False
         self._dir_dirty = False
-        self._rcache: tuple[int, int, memoryview] | None = None
+        self._retired: list[AppendFile] = []  # sealed blocks' writers, closed after a sync
+        # Secure erase: (block, offset, length, seq, ts) whose DEL is not durable yet / is.
+        self._erase_new: list[tuple[Block, int, int, int, int]] = []
+        self._erase_ready: list[tuple[Block, int, int, int, int]] = []
+        self._rcache: tuple[int, int, bytes] | None = None
         self._last_end = (0, 0)
         if blocks:
             self._active = blocks[-1]
-            self._wfd = os.open(self._active.path, os.O_RDWR | os.O_APPEND)
+            self._wf: AppendFile = disk.open_append(self._active.path)
         else:
-            self._new_active(1)
-            fsync_dir(self._msgs_dir)
+            self._new_active(max(self._first_block, 1))
+            disk.sync_dir(self._msgs_dir)
             self._dir_dirty = False
 
     def _new_active(self, idx: int) -> None:
         block = Block(idx, os.path.join(self._msgs_dir, block_name(idx)))
-        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL
-        self._wfd = os.open(block.path, flags, 0o644)
+        if self._disk.exists(block.path):
+            raise StoreCorruption(block.path, 0, "a block file beyond the last one exists")
+        self._wf = self._disk.open_append(block.path)
         self._blocks[idx] = block
         self._active = block
         self._dir_dirty = True
@@ -150,6 +164,7 @@ class FileStore(BaseStore):
             raise StoreError(f"stream store {self._root} failed: {self._failed}")
 
     def _fail(self, exc: BaseException) -> StoreError:
+        """Remember the first I/O failure: the store refuses all further work."""
         self._failed = exc
         return StoreError(f"stream store {self._root} failed: {exc}")
 
@@ -170,7 +185,7 @@ class FileStore(BaseStore):
             self._rotate()
             active = self._active
             off = active.size + len(buf)
-        rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data)
+        rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data, self._cipher)
         sid = self._ix.append(seq, subject, ts, size, (active.idx << OFF_BITS) | off, rlen, None)
         if not active.first_msg:
             active.first_msg = seq
@@ -220,16 +235,16 @@ class FileStore(BaseStore):
             seqs = sorted(s for s in self._pending_dels if s >= first)
             self._pending_dels.clear()
             if seqs:
-                rec.append_dels(buf, seqs)
+                rec.append_dels(buf, seqs, self._cipher)
                 active.max_ref = max(active.max_ref, seqs[-1])
                 active.has_dels = True
         if ix.first != self._floor_written:
-            rec.append_control(buf, rec.KIND_FLOOR, ix.first, ix.last_ts)
+            rec.append_control(buf, rec.KIND_FLOOR, ix.first, ix.last_ts, b"", self._cipher)
             self._floor_written = ix.first
             active.max_ref = max(active.max_ref, ix.first - 1)
             self._last_covered = max(self._last_covered, ix.first - 1)
         if ix.last > self._last_covered:
-            rec.append_control(buf, rec.KIND_SKIP, ix.last, ix.last_ts)
+            rec.append_control(buf, rec.KIND_SKIP, ix.last, ix.last_ts, b"", self._cipher)
             self._last_covered = ix.last
             active.max_ref = max(active.max_ref, ix.last)
 
@@ -240,7 +255,7 @@ class FileStore(BaseStore):
         if not buf:
             return
         try:
-            write_all(self._wfd, buf)
+            self._wf.write(bytes(buf))
         except OSError as e:
             raise self._fail(e) from e
         self._active.size += len(buf)
@@ -252,12 +267,14 @@ class FileStore(BaseStore):
         self._write_out()
         try:
             if self._unsynced:
-                fdatasync(self._wfd)
+                self._wf.sync()
                 self._unsynced = False
-            os.close(self._wfd)
+            # A sync running in a worker thread may still hold this writer: close it later.
+            self._retired.append(self._wf)
             self._new_active(self._active.idx + 1)
         except OSError as e:
             raise self._fail(e) from e
+        self._durable_floor = self._floor_written  # everything written is durable now
         self._drop_front_blocks()
         self._compact_some()
 
@@ -273,77 +290,131 @@ class FileStore(BaseStore):
             or ix.last > self._last_covered
         )
 
+    @property
+    def deferred_work(self) -> bool:
+        """Erases to overwrite or blocks to unlink once the current records are durable."""
+        if self._erase_new or self._erase_ready:
+            return True
+        first = next(iter(self._blocks.values()))
+        return first is not self._active and first.max_ref < self._ix.first and not first.erasing
+
     def flush(self) -> None:
         """Hand everything buffered to the OS (survives a process crash, not a power loss)."""
         self._check()
         self._write_out()
 
     def sync(self) -> None:
-        """Make everything done so far durable: one write and one fdatasync (group commit)."""
-        self._check()
-        self._write_out()
-        try:
-            if self._unsynced:
-                fdatasync(self._wfd)
-                self._unsynced = False
-            self._drop_front_blocks()
-            if self._dir_dirty:
-                fsync_dir(self._msgs_dir)
-                self._dir_dirty = False
-        except OSError as e:
-            raise self._fail(e) from e
+        """Make everything done so far durable, deferred work included (at most three
+        rounds of one fsync each; see the module doc)."""
+        for _ in range(3):
+            finish = self.begin_sync()
+            if finish is not None:
+                finish()
+            if not self.deferred_work:
+                return
 
     def begin_sync(self) -> Callable[[], None] | None:
         """Group commit split in two, so the fsync can leave the owner's thread.
 
-        On the owner thread: everything stored, removed or purged so far is written to the OS
-        and the blocking half is returned (fdatasync of the active block, and of the directory
-        when a block file was created or removed); None when nothing needs syncing. The
-        callable may run on any thread while the owner keeps using the store; once it has
-        returned, everything done before ``begin_sync()`` is durable. If it fails it raises
-        and the store refuses all further work (a failed fsync leaves the page cache in an
-        unknown state, so nothing after it can be trusted).
+        On the owner thread: the deferred work that the previous sync made possible is done,
+        everything stored, removed or purged so far is written to the OS, and the blocking
+        half is returned (sync of the active block, of blocks overwritten by erases, and of
+        the directory when a block file was created or removed); None when nothing needs
+        syncing. The callable may run on any thread while the owner keeps using the store;
+        once it has returned, everything done before ``begin_sync()`` is durable. The
+        previous one must have returned before ``begin_sync``, ``sync`` or ``close`` is
+        called again. If it fails it raises and the store refuses all further work (a failed
+        fsync leaves the page cache in an unknown state, so nothing after it can be trusted).
         """
         self._check()
+        # The previous sync finished: what it covered is durable.
+        self._durable_floor = self._synced_floor
+        for f in self._retired:
+            f.close()
+        self._retired.clear()
+        disk = self._disk
+        try:
+            paths = self._overwrite_erased()
+            self._drop_front_blocks()
+        except OSError as e:
+            raise self._fail(e) from e
         self._write_out()
-        self._drop_front_blocks()
-        fd = os.dup(self._wfd) if self._unsynced else -1
+        self._synced_floor = self._floor_written
+        self._erase_ready, self._erase_new = self._erase_new, []
+        files = [self._wf] if self._unsynced else []
         dir_path = self._msgs_dir if self._dir_dirty else None
         self._unsynced = self._dir_dirty = False
-        if fd < 0 and dir_path is None:
+        if not files and not paths and dir_path is None:
             return None
 
         def finish() -> None:
             try:
-                if fd >= 0:
-                    fdatasync(fd)
+                for f in files:
+                    f.sync()
+                for path in paths:
+                    h = disk.open_append(path)
+                    try:
+                        h.sync()
+                    finally:
+                        h.close()
                 if dir_path is not None:
-                    fsync_dir(dir_path)
-            except OSError as e:
+                    disk.sync_dir(dir_path)
+            except (OSError, ValueError) as e:
                 self._failed = e
                 raise StoreError(f"stream store {self._root} failed: {e}") from e
-            finally:
-                if fd >= 0:
-                    os.close(fd)
 
         return finish
+
+    # --- secure erase ----------------------------------------------------------------------
+
+    def erase(self, seq: int) -> bool:
+        """Remove ``seq`` and overwrite its record on disk (after its DEL is durable)."""
+        self._check()
+        ix = self._ix
+        if not ix.is_live(seq):
+            return False
+        i = seq - ix.base
+        loc, rlen, ts = ix.locs[i], ix.rlens[i], ix.tss[i]
+        block = self._blocks[loc >> OFF_BITS]
+        self._remove(seq)
+        block.erasing += 1
+        self._erase_new.append((block, loc & OFF_MASK, rlen, seq, ts))
+        return True
+
+    def _overwrite_erased(self) -> list[str]:
+        """Overwrite the records whose DEL the previous sync made durable; returns the
+        sealed block files to sync (the active one is synced anyway)."""
+        paths: list[str] = []
+        for block, off, rlen, seq, ts in self._erase_ready:
+            block.erasing -= 1
+            self._disk.overwrite(block.path, off, rec.erased_record(rlen, seq, ts, self._cipher))
+            if self._rcache is not None and self._rcache[0] == block.idx:
+                self._rcache = None
+            if block is self._active:
+                self._unsynced = True
+            elif block.path not in paths:
+                paths.append(block.path)
+        self._erase_ready = []
+        return paths
 
     # --- space -----------------------------------------------------------------------------
 
     def _drop_front_blocks(self) -> None:
-        first = self._ix.first
+        """Unlink sealed blocks wholly below the *durable* first sequence (a FLOOR not yet
+        durable must not lose its messages' blocks first)."""
+        first = min(self._ix.first, self._durable_floor)
         while len(self._blocks) > 1:
             b = next(iter(self._blocks.values()))
-            if b is self._active or b.max_ref >= first:
+            if b is self._active or b.max_ref >= first or b.erasing:
                 return
             self._unlink_block(b)
 
     def _unlink_block(self, b: Block) -> None:
-        self._fds.drop(b.idx)
+        self._files.drop(b.idx)
         if self._rcache is not None and self._rcache[0] == b.idx:
             self._rcache = None
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(b.path)
+            self._disk.remove(b.path)
         del self._blocks[b.idx]
         self._dir_dirty = True
         self._unsettle_after(b.idx)
@@ -354,7 +425,11 @@ class FileStore(BaseStore):
         cands = [
             b
             for b in self._blocks.values()
-            if b is not self._active and b.size and not b.settled and b.live_bytes * 2 < b.size
+            if b is not self._active
+            and b.size
+            and not b.settled
+            and not b.erasing
+            and b.live_bytes * 2 < b.size
         ]
         cands.sort(key=lambda b: b.live_bytes / b.size)
         budget = 2 * self._block_size
@@ -376,9 +451,11 @@ class FileStore(BaseStore):
         b = self._blocks[idx]
         if b is self._active:
             raise StoreError("the active block cannot be compacted")
+        if b.erasing:
+            raise StoreError("a block with erases in progress cannot be compacted")
         ix = self._ix
         try:
-            data = os.pread(self._fds.get(b), b.size, 0)
+            data = self._files.get(b).pread(0, b.size)
         except OSError as e:
             raise self._fail(e) from e
         out = bytearray()
@@ -397,24 +474,32 @@ class FileStore(BaseStore):
             records = list(rec.scan(data))
         except rec.BadRecord as e:
             raise StoreCorruption(b.path, e.offset, e.reason) from None
+        cipher = self._cipher
         with memoryview(data) as mv:
-            for off, kind, rlen, _slen, seq, _ts, _hlen in records:
+            for off, kind, rlen, _slen, seq, ts, _hlen in records:
                 if kind == rec.KIND_MSG:
                     if ix.is_live(seq) and ix.locs[seq - ix.base] == here | off:
                         moved.append((seq, len(out), rlen))
                         out += mv[off : off + rlen]
                         max_ref = max(max_ref, seq)
                 elif kind == rec.KIND_DEL:
-                    body = mv[off + rec.HDR_SIZE : off + rlen - 4]
+                    try:
+                        body = rec.plain_body(data, off, rlen, cipher)
+                    except CipherError as e:
+                        raise StoreCorruption(b.path, off, str(e)) from None
                     keep = [t for t in rec.del_targets(body) if needed(t)]
                     if keep:
-                        rec.append_dels(out, keep)
+                        rec.append_dels(out, keep, cipher)
                         max_ref = max(max_ref, keep[-1])
                         has_dels = True
+                elif kind == rec.KIND_ERASED:
+                    if seq >= ix.first:  # its seq still bounds last_seq: keep it as a SKIP
+                        rec.append_control(out, rec.KIND_SKIP, seq, ts, b"", cipher)
+                        max_ref = max(max_ref, seq)
                 elif seq >= ix.first:  # FLOOR or SKIP still in force
                     out += mv[off : off + rlen]
                     max_ref = max(max_ref, seq - 1 if kind == rec.KIND_FLOOR else seq)
-        self._fds.drop(b.idx)
+        self._files.drop(b.idx)
         if self._rcache is not None and self._rcache[0] == b.idx:
             self._rcache = None
         if not out:
@@ -441,16 +526,8 @@ class FileStore(BaseStore):
                 c.settled = False
 
     def _replace_block(self, b: Block, data: bytearray) -> None:
-        tmp = b.path + ".tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                write_all(fd, data)
-                fdatasync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, b.path)
-            fsync_dir(self._msgs_dir)
+            self._disk.write_atomic(b.path, bytes(data))
         except OSError as e:
             raise self._fail(e) from e
 
@@ -465,16 +542,15 @@ class FileStore(BaseStore):
         end = off + rlen
         if c is not None and c[0] == bidx and c[1] <= off and end <= c[1] + len(c[2]):
             self._last_end = (bidx, end)
-            return c[2][off - c[1] : end - c[1]]
+            return memoryview(c[2])[off - c[1] : end - c[1]]
         block = self._blocks[bidx]
-        fd = self._wfd if block is active else self._fds.get(block)
         # Read ahead when this read starts at or shortly after the previous one (a scan,
         # filtered or not); random access (KV gets) reads just the record.
         last_bidx, last_end = self._last_end
         forward = last_bidx == bidx and 0 <= off - last_end < self._read_ahead
         want = max(rlen, self._read_ahead) if forward else rlen
         try:
-            data = os.pread(fd, want, off)
+            data = self._files.get(block).pread(off, want)
         except OSError as e:
             raise StoreError(f"reading {block.path}: {e}") from e
         if len(data) < rlen:
@@ -482,9 +558,8 @@ class FileStore(BaseStore):
         self._last_end = (bidx, end)
         if want == rlen:
             return data
-        view = memoryview(data)
-        self._rcache = (bidx, off, view)
-        return view[:rlen]
+        self._rcache = (bidx, off, data)
+        return memoryview(data)[:rlen]
 
     def _record(self, seq: int) -> tuple[bytes | memoryview, int, int, int]:
         """The verified MSG record of live ``seq``: (record, ts, subject len, header len)."""
@@ -510,61 +585,73 @@ class FileStore(BaseStore):
         raw, ts, slen, hlen = self._record(seq)
         ix = self._ix
         i = seq - ix.base
+        name = ix.names[ix.sids[i]]
+        assert name is not None
+        if self._cipher is not None:
+            try:
+                body = rec.plain_body(raw, 0, len(raw), self._cipher)
+            except CipherError as e:
+                path = self._blocks[ix.locs[i] >> OFF_BITS].path
+                raise StoreCorruption(path, ix.locs[i] & OFF_MASK, str(e)) from None
+            _, hdrs, data = rec.msg_fields(body, slen, hlen)
+            return StoredMsg(seq, name, hdrs, data, ts)
         p = rec.HDR_SIZE + slen
         headers: bytes | None = None
         if hlen != rec.NO_HDR:
             headers = bytes(raw[p : p + hlen]) or None
             p += hlen
-        name = ix.names[ix.sids[i]]
-        assert name is not None
         return StoredMsg(seq, name, headers, bytes(raw[p : len(raw) - 4]), ts)
 
     def _raw_record(self, seq: int) -> bytes:
-        return bytes(self._record(seq)[0])
+        raw = self._record(seq)[0]
+        if self._cipher is None:
+            return bytes(raw)
+        try:
+            return rec.plain_record(raw, 0, len(raw), self._cipher)
+        except CipherError as e:
+            raise StoreCorruption(self._root, 0, f"record of seq {seq}: {e}") from None
 
     # --- lifecycle -------------------------------------------------------------------------
 
     def restore(self, chunks: Iterable[bytes]) -> None:
-        """Replace the content with a snapshot, crash-safely.
-
-        The snapshot is written and verified into ``restore.tmp/`` first; a damaged
-        snapshot raises and leaves the current content untouched. The swap is two renames
-        (``msgs`` -> ``msgs.old``, new -> ``msgs``) that ``settle_restore`` completes or undoes
-        after a crash.
-        """
+        """Replace the content with a snapshot, crash-safely (see ``_restore``): a damaged
+        snapshot raises and leaves the current content untouched."""
         self._check()
-        tmp = os.path.join(self._root, RESTORE_DIR)
-        if os.path.exists(tmp):
-            shutil.rmtree(tmp)
-        target = FileStore(tmp, self._limits, block_size=self._block_size)
-        try:
-            target._apply_snapshot(chunks)
-            target.close()
-        except BaseException:
-            target._abandon()
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        done = os.open(os.path.join(tmp, RESTORE_DONE), os.O_WRONLY | os.O_CREAT, 0o644)
-        os.fsync(done)
-        os.close(done)
-        fsync_dir(tmp)
+        first_new = max(self._blocks) + 1
+        staged = restore_into(
+            self._disk,
+            self._root,
+            first_new,
+            lambda path, first: FileStore(
+                path,
+                self._limits,
+                block_size=self._block_size,
+                disk=self._disk,
+                cipher=self._cipher,
+                first_block=first,
+                lock=False,
+            ),
+            chunks,
+        )
+        assert staged
         self._close_files()
-        os.rename(self._msgs_dir, os.path.join(self._root, OLD_DIR))
-        fsync_dir(self._root)
-        settle_restore(self._root)
+        settle_restore(self._disk, self._root)
         self._open()
 
     def _close_files(self) -> None:
-        self._fds.close()
-        os.close(self._wfd)
+        self._files.close()
+        for f in self._retired:
+            f.close()
+        self._retired.clear()
+        self._wf.close()
         self._rcache = None
 
-    def _abandon(self) -> None:
-        """Close without writing anything more (used on a failed restore)."""
+    def abandon(self) -> None:
+        """Close without writing anything more (a failed restore, a deleted stream)."""
         if not self._closed:
             self._closed = True
             self._close_files()
-            os.close(self._lock_fd)
+            self._unlock()
 
     def close(self) -> None:
         """Sync and release the directory (idempotent)."""
@@ -576,20 +663,27 @@ class FileStore(BaseStore):
         finally:
             self._closed = True
             self._close_files()
-            os.close(self._lock_fd)
+            self._unlock()
 
     def delete(self) -> None:
-        """Remove the directory. Only ever called for an explicit stream delete."""
-        if not self._closed:
-            self._closed = True
-            self._close_files()
-            os.close(self._lock_fd)
-        shutil.rmtree(self._root, ignore_errors=True)
+        """Remove the store's files durably, and its directory when nothing else is in it."""
+        self.abandon()
+        disk = self._disk
+        remove_dir(disk, self._msgs_dir)
+        lock = os.path.join(self._root, "LOCK")
+        if disk.exists(lock):
+            disk.remove(lock)
+        if not disk.list(self._root):
+            remove_dir(disk, self._root)
 
     # --- introspection (tests, benchmarks, monitoring) -------------------------------------
 
     def block_files(self) -> list[str]:
         return [b.path for b in self._blocks.values()]
+
+    @property
+    def disk(self) -> StoreDisk:
+        return self._disk
 
     def index_bytes(self) -> int:
         """Bytes held by the per-message index arrays (not counting Python object headers)."""

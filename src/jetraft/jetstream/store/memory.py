@@ -54,6 +54,9 @@ class MemoryStore(BaseStore):
     def close(self) -> None:
         self._closed = True
 
+    def abandon(self) -> None:
+        self._closed = True
+
     def delete(self) -> None:
         self._closed = True
         self._ix = type(self._ix)(False)

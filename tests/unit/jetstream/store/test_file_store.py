@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import threading
 from pathlib import Path
 
@@ -11,8 +9,9 @@ import pytest
 
 from jetraft.jetstream.store import FileStore, Limits, StoreCorruption, StoreError
 from jetraft.jetstream.store import _records as rec
-from jetraft.jetstream.store import file as file_mod
-from jetraft.jetstream.store._recovery import MSGS_DIR, OLD_DIR, RESTORE_DIR, RESTORE_DONE
+from jetraft.jetstream.store._recovery import MSGS_DIR
+from jetraft.jetstream.store._restore import RESTORE_DIR, RESTORE_DONE
+from jetraft.jetstream.store.disk import AppendFile, MemDisk, OsDisk, SimulatedCrash
 
 HDR = b"NATS/1.0\r\nA: 1\r\n\r\n"
 
@@ -25,6 +24,40 @@ def snapshot_files(root: Path) -> dict[str, bytes]:
     return {
         str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
     }
+
+
+class _CountingFile:
+    def __init__(self, disk: CountingDisk, inner: AppendFile) -> None:
+        self._disk, self._inner = disk, inner
+
+    def write(self, data: bytes) -> None:
+        self._inner.write(data)
+
+    def sync(self) -> None:
+        self._disk.syncs.append(threading.get_ident())
+        if self._disk.fail_syncs:
+            raise OSError(5, "Input/output error")
+        self._inner.sync()
+
+    def truncate(self, size: int) -> None:
+        self._inner.truncate(size)
+
+    def tell(self) -> int:
+        return self._inner.tell()
+
+    def close(self) -> None:
+        self._inner.close()
+
+
+class CountingDisk(OsDisk):
+    """The real file system, counting file syncs (by thread) and failing them on demand."""
+
+    def __init__(self) -> None:
+        self.syncs: list[int] = []
+        self.fail_syncs = False
+
+    def open_append(self, path: str) -> AppendFile:
+        return _CountingFile(self, super().open_append(path))
 
 
 def contents(s: FileStore) -> list[tuple[int, str, bytes | None, bytes, int]]:
@@ -87,42 +120,48 @@ def test_jump_past_the_end_replays_without_filling_the_gap(
     s.close()
 
 
-def test_unsynced_writes_are_not_on_disk_synced_ones_are(tmp_path: Path) -> None:
-    s = FileStore(tmp_path / "a")
+@pytest.mark.parametrize("seed", range(20))
+def test_only_synced_writes_survive_a_power_loss(seed: int) -> None:
+    import random
+
+    disk = MemDisk()
+    s = FileStore("/st", disk=disk)
     s.store("a", None, b"one", 1)
     s.sync()
-    s.store("a", None, b"two", 2)  # buffered only
-    shutil.copytree(tmp_path / "a", tmp_path / "crash", ignore=shutil.ignore_patterns("LOCK"))
-    s.sync()
-    shutil.copytree(tmp_path / "a", tmp_path / "synced", ignore=shutil.ignore_patterns("LOCK"))
-    s.close()
-    crashed = FileStore(tmp_path / "crash")
-    assert crashed.state().last_seq == 1
-    crashed.close()
-    synced = FileStore(tmp_path / "synced")
-    assert synced.state().last_seq == 2
-    synced.close()
+    s.store("a", None, b"two", 2)
+    s.flush()  # in the OS's hands, not synced
+    s.store("a", None, b"three", 3)  # buffered only
+    disk.crash(random.Random(seed))
+    crashed = FileStore("/st", disk=disk)
+    assert crashed.state().last_seq in (1, 2)  # "two" may or may not have reached the disk
+    m = crashed.load(1)
+    assert m is not None and m.data == b"one"
+    crashed.store("a", None, b"again", 9)
+    crashed.sync()
+    disk.crash(random.Random(seed))
+    again = FileStore("/st", disk=disk)
+    assert [m.data for m in (again.load(q) for q in (1, 2, 3)) if m] in (
+        [b"one", b"again"],
+        [b"one", b"two", b"again"],
+    )
 
 
-def test_group_commit_one_fdatasync_per_sync(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[int] = []
-    real = file_mod.fdatasync
-    monkeypatch.setattr(file_mod, "fdatasync", lambda fd: (calls.append(fd), real(fd)))
-    s = FileStore(tmp_path)
+def test_group_commit_one_fsync_per_sync() -> None:
+    disk = MemDisk()
+    s = FileStore("/st", disk=disk)
+    base = disk.fsyncs
     for i in range(200):
         s.store("a", None, b"x" * 100, i)
     s.remove(5)
     s.purge(upto_seq=10)
-    assert calls == []
+    assert disk.fsyncs == base
     s.sync()
-    assert len(calls) == 1
+    assert disk.fsyncs == base + 1
     s.sync()  # nothing dirty: no fsync at all
-    assert len(calls) == 1
+    assert disk.fsyncs == base + 1
     s.store("a", None, b"", 0)
     s.sync()
-    assert len(calls) == 2
+    assert disk.fsyncs == base + 2
     s.close()
 
 
@@ -331,52 +370,80 @@ def test_unknown_files_are_left_alone(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").exists() and (tmp_path / MSGS_DIR / "blk.1.dat").exists()
 
 
-def _prepared_restore(tmp_path: Path) -> tuple[list[bytes], list[bytes]]:
-    """A store with 3 msgs and a snapshot of another with 5."""
-    src = FileStore(tmp_path / "src")
+def _prepared_restore(disk: MemDisk) -> list[bytes]:
+    """/s holds 3 msgs on "old"; returns a snapshot of a store with 5 on "new"."""
+    src = FileStore("/src", disk=disk, block_size=256)
     for i in range(5):
-        src.store("new", None, b"%d" % i, i)
+        src.store("new", None, b"%d" % i * 40, i)
     snap = list(src.snapshot())
     src.close()
-    s = FileStore(tmp_path / "s")
+    s = FileStore("/s", disk=disk, block_size=256)
     for i in range(3):
-        s.store("old", None, b"%d" % i, i)
+        s.store("old", None, b"%d" % i * 40, i)
     s.close()
-    return snap, [b"old"]
+    return snap
 
 
-@pytest.mark.parametrize("crash_after", ["written", "done", "moved_old"])
-def test_restore_crash_points_settle(tmp_path: Path, crash_after: str) -> None:
-    snap, _ = _prepared_restore(tmp_path)
-    root = tmp_path / "s"
-    target = FileStore(root / RESTORE_DIR)
-    target._apply_snapshot(snap)
-    target.close()
-    if crash_after in ("done", "moved_old"):
-        (root / RESTORE_DIR / RESTORE_DONE).write_bytes(b"")
-    if crash_after == "moved_old":
-        os.rename(root / MSGS_DIR, root / OLD_DIR)
-    s = FileStore(root)
-    subject = "new" if crash_after == "moved_old" else "old"
-    assert set(s.subjects_state()) == {subject}
-    assert not (root / RESTORE_DIR).exists() and not (root / OLD_DIR).exists()
-    s.close()
+def test_restore_at_every_crash_point_leaves_old_or_new_content_whole() -> None:
+    """Crash the restore after every disk operation (process death and power loss): the
+    store opens with either all of the old content or all of the snapshot's."""
+    import random
+
+    for after in range(200):
+        for power_loss in (False, True):
+            disk = MemDisk()
+            snap = _prepared_restore(disk)
+            s = FileStore("/s", disk=disk, block_size=256)
+            disk.arm_crash(after)
+            try:
+                s.restore(snap)
+                finished = True
+            except SimulatedCrash:
+                finished = False
+            if power_loss:
+                disk.crash(random.Random(after))
+            else:
+                disk.kill_process()
+            s = FileStore("/s", disk=disk, block_size=256)
+            subjects = s.subjects_state()
+            assert subjects in ({"old": 3}, {"new": 5}), (after, power_loss, subjects)
+            assert not disk.exists(f"/s/{RESTORE_DIR}")
+            s.close()
+            if finished and not power_loss:
+                assert subjects == {"new": 5}
+        if finished:
+            return
+    raise AssertionError("the restore never finished")
 
 
-def test_restore_replaces_content_and_survives_restart(tmp_path: Path) -> None:
-    snap, _ = _prepared_restore(tmp_path)
-    s = FileStore(tmp_path / "s")
+def test_restore_replaces_content_and_survives_restart() -> None:
+    disk = MemDisk()
+    snap = _prepared_restore(disk)
+    s = FileStore("/s", disk=disk, block_size=256)
     s.restore(snap)
     assert s.subjects_state() == {"new": 5}
     s.store("after", None, b"", 9)
     s.close()
-    s = FileStore(tmp_path / "s")
+    s = FileStore("/s", disk=disk, block_size=256)
     assert s.subjects_state() == {"new": 5, "after": 1}
     assert s.state().last_seq == 6
+    assert not disk.exists(f"/s/{RESTORE_DIR}/{RESTORE_DONE}")
     s.close()
 
 
-def test_delete_is_the_only_thing_that_removes_the_directory(tmp_path: Path) -> None:
+def test_a_damaged_snapshot_leaves_the_store_untouched() -> None:
+    disk = MemDisk()
+    snap = _prepared_restore(disk)
+    s = FileStore("/s", disk=disk, block_size=256)
+    damaged = b"".join(snap)[:-20]
+    with pytest.raises(StoreCorruption):
+        s.restore([damaged])
+    assert s.subjects_state() == {"old": 3}
+    assert not disk.exists(f"/s/{RESTORE_DIR}")
+    s.close()
+
+
+def test_delete_removes_the_message_files(tmp_path: Path) -> None:
     root = tmp_path / "stream"
     s = FileStore(root)
     s.store("a", None, b"", 0)
@@ -385,22 +452,18 @@ def test_delete_is_the_only_thing_that_removes_the_directory(tmp_path: Path) -> 
     assert root.exists() and blocks(root)
     s = FileStore(root)
     s.delete()
-    assert not root.exists()
+    assert not (root / MSGS_DIR).exists()
 
 
-def test_begin_sync_runs_the_fsync_on_another_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    calls: list[str] = []
-    real = file_mod.fdatasync
-    monkeypatch.setattr(file_mod, "fdatasync", lambda fd: (calls.append("data"), real(fd)))
-    s = FileStore(tmp_path, block_size=4096)
+def test_begin_sync_runs_the_fsync_on_another_thread(tmp_path: Path) -> None:
+    disk = CountingDisk()
+    s = FileStore(tmp_path, block_size=4096, disk=disk)
     assert s.begin_sync() is None  # a fresh store is already durable
     for i in range(10):
         s.store("a", None, b"x" * 100, i)
     finish = s.begin_sync()
     assert finish is not None and not s.needs_sync
-    assert s.begin_sync() is None  # nothing new since
+    assert disk.syncs == []  # the owner thread wrote, it did not sync
     # The owner keeps storing (and rotating blocks) while the worker syncs.
     worker = threading.Thread(target=finish)
     worker.start()
@@ -408,34 +471,29 @@ def test_begin_sync_runs_the_fsync_on_another_thread(
         s.store("b", None, b"y" * 100, i)
     worker.join(timeout=30)
     assert not worker.is_alive()
-    assert calls.count("data") >= 2  # the worker's, plus rotations of full blocks
+    assert worker.ident in disk.syncs
+    assert len(disk.syncs) >= 2  # the worker's, plus rotations of full blocks
     finish = s.begin_sync()
     assert finish is not None
     finish()
-    copy = tmp_path.parent / "copy"
-    shutil.copytree(tmp_path, copy, ignore=shutil.ignore_patterns("LOCK"))
     s.close()
-    c = FileStore(copy)
+    c = FileStore(tmp_path)
     assert c.state().msgs == 110
     c.close()
 
 
-def test_failed_fsync_poisons_the_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    s = FileStore(tmp_path)
+def test_failed_fsync_poisons_the_store(tmp_path: Path) -> None:
+    disk = CountingDisk()
+    s = FileStore(tmp_path, disk=disk)
     s.store("a", None, b"", 0)
     finish = s.begin_sync()
     assert finish is not None
-
-    def broken(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(file_mod, "fdatasync", broken)
+    disk.fail_syncs = True
     with pytest.raises(StoreError):
         finish()
     with pytest.raises(StoreError, match="failed"):
         s.store("a", None, b"", 1)
     s.close()  # still releases the directory
-    monkeypatch.undo()
     s = FileStore(tmp_path)
     assert s.state().msgs == 1  # the write reached the OS; only its fsync is in doubt
     s.close()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -127,8 +128,28 @@ def prepare_sync(store: StreamStore) -> Callable[[], None] | None:
     return store.begin_sync()
 
 
+TRASH_PREFIX = ".deleted-"
+
+
 def remove_stream_dir(stream_dir: Path) -> None:
-    """STREAM.DELETE only: the one place stream data is removed."""
-    if stream_dir.exists():
-        shutil.rmtree(stream_dir)
-        fsync_dir(stream_dir.parent)
+    """STREAM.DELETE only: the one place stream data is removed (blocking; a worker thread).
+
+    Durable in one step: the directory is renamed to a trash name (stream names never start
+    with a dot, so it can never be loaded as a stream) and the parent is fsync'd; then the
+    files go. A crash in between leaves the trash, which ``clear_trash`` removes on start.
+    Failures raise, for the requester to hear."""
+    if not stream_dir.exists():
+        return
+    trash = stream_dir.with_name(f"{TRASH_PREFIX}{stream_dir.name}.{secrets.token_hex(4)}")
+    os.rename(stream_dir, trash)
+    fsync_dir(stream_dir.parent)
+    shutil.rmtree(trash)
+
+
+def clear_trash(account_streams_dir: Path) -> None:
+    """Finish stream deletions a crash interrupted (see ``remove_stream_dir``)."""
+    if not account_streams_dir.is_dir():
+        return
+    for entry in account_streams_dir.iterdir():
+        if entry.name.startswith(TRASH_PREFIX) and entry.is_dir():
+            shutil.rmtree(entry)

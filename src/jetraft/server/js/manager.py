@@ -13,13 +13,14 @@ work through; it implements both their Protocols.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream import errors as E
@@ -38,26 +39,43 @@ from jetraft.jetstream.store.types import StoreError
 from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.internal import InternalClient
-from jetraft.server.js_consumers import StreamConsumers
-from jetraft.server.js_store_glue import (
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.clustered.jetstream import ClusteredJetStream
+from jetraft.server.js.commit import collect
+from jetraft.server.js.consumers import StreamConsumers
+from jetraft.server.js.host import JsHost
+from jetraft.server.js.limits import check_stream_limits, limits_body
+from jetraft.server.js.replies import send_slices
+from jetraft.server.js.store_glue import (
+    TRASH_PREFIX,
     MetaError,
     StreamMeta,
     account_dir,
+    clear_trash,
     open_store,
     read_meta,
     remove_stream_dir,
     write_meta,
 )
-from jetraft.server.js_streams import StreamRuntime
-
-if TYPE_CHECKING:
-    from jetraft.server.auth import Account
-    from jetraft.server.server import Server
+from jetraft.server.js.streams import StreamRuntime
 
 log = logging.getLogger("jetraft.js")
 
 GLOBAL_ACCOUNT = "$G"
+
+# The error a request kind answers with when its change could not be made durable
+# (nats-server's: purge and consumer delete report a general stream error).
+_FAILURE_CODES = {
+    "stream_create_response": 10049,
+    "stream_update_response": 10069,
+    "stream_delete_response": 10050,
+    "stream_purge_response": 10051,
+    "stream_msg_delete_response": 10057,
+    "consumer_create_response": 10012,
+    "consumer_delete_response": 10051,
+}
 
 
 def system_account_name(config: ServerConfig) -> str:
@@ -83,14 +101,16 @@ class JsAccount:
 
     def __init__(self, manager: JetStreamManager, account: Account) -> None:
         self.manager = manager
-        self.server: Server = manager.server
+        self.server: JsHost = manager.server
+        self.router: Router = manager.server.router
         self.account: Account = account
         self.rng: random.Random = random.Random()
         self.table: ApiTable = build_table()
-        self.api_client = InternalClient(self.server, account, "jetstream api")
+        self.api_client = InternalClient(self.server.router, account, "jetstream api")
         self._streams: dict[str, Stream] = {}
         self.runtimes: dict[str, StreamRuntime] = {}
         self.offline: dict[str, str] = {}  # stream name -> why it could not be loaded
+        self._deleting: set[str] = set()  # streams whose files are being removed
         js = manager.config
         self.sync_interval_ns = js.sync_interval_ns
         self._domain = js.domain
@@ -106,19 +126,23 @@ class JsAccount:
             self.api_client.subscribe(f"$JS.{self._domain}.API.>", self._on_api)
         self._load_streams()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         self.api_client.close()
-        for rt in list(self.runtimes.values()):
-            rt.close()
+        runtimes = list(self.runtimes.values())
         self.runtimes.clear()
         self._streams.clear()
+        for rt in runtimes:
+            await rt.close()
 
     def _load_streams(self) -> None:
         base = self.base_dir
         if base is None or not base.is_dir():
             return
+        clear_trash(base)
         for stream_dir in sorted(p for p in base.iterdir() if p.is_dir()):
             name = stream_dir.name
+            if name.startswith(TRASH_PREFIX):
+                continue
             try:
                 meta = read_meta(stream_dir)
                 store = open_store(meta.config, stream_dir)
@@ -145,10 +169,30 @@ class JsAccount:
         api_subject = normalise_subject(subject, self._domain)
         if api_subject is None:
             return
-        out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
+        # The answer leaves once every change the request made is durable (see ``commit``).
+        with collect() as barrier:
+            out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
         if out is None or not reply:
             return
-        self._send(reply, out)
+        if barrier.empty:
+            self._send(reply, out)
+            return
+
+        def answer(exc: BaseException | None) -> None:
+            self._send(reply, out if exc is None else self._not_durable(api_subject, out, exc))
+
+        barrier.wait(answer)
+
+    def _not_durable(self, subject: str, out: Any, exc: BaseException) -> Any:
+        """The answer for a request whose change could not be made durable: nats-server's
+        error of that request kind, with the reason."""
+        route = self.table.lookup(subject)
+        kind = route.kind if route is not None else ""
+        if not kind or not isinstance(out, dict):
+            return out
+        log.error("JetStream %s: change not durable: %s", subject, exc)
+        self.table.stats.errors += 1
+        return error_response(kind, E.api_error(_FAILURE_CODES.get(kind, 10051), err=str(exc)))
 
     def _send(self, reply: str, out: Any) -> None:
         publish = self.api_client.publish
@@ -161,6 +205,12 @@ class JsAccount:
         elif isinstance(out, list):
             for item in out:
                 publish(reply, item.data, None, item.hdr)
+        elif isinstance(out, Iterator):
+            send_slices(self.api_client, reply, out)
+
+    @property
+    def max_pending(self) -> int:
+        return self.server.config.max_pending
 
     # --- StreamApiContext --------------------------------------------------------------------
 
@@ -192,43 +242,10 @@ class JsAccount:
         return time.time_ns()
 
     def limits(self) -> dict[str, Any]:
-        lim = self.account_limits
-        js = self.manager.config
-        if lim is None:
-            return {
-                "max_memory": js.max_memory_store,
-                "max_storage": js.max_file_store,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            }
-        return {
-            "max_memory": lim.max_memory,
-            "max_storage": lim.max_store,
-            "max_streams": lim.max_streams,
-            "max_consumers": lim.max_consumers,
-            "max_ack_pending": lim.max_ack_pending,
-            "memory_max_stream_bytes": lim.memory_max_stream_bytes,
-            "storage_max_stream_bytes": lim.store_max_stream_bytes,
-            "max_bytes_required": lim.max_bytes_required,
-        }
+        return limits_body(self.manager.config, self.account_limits)
 
     def _check_account_limits(self, cfg: StreamConfig, creating: bool) -> None:
-        lim = self.account_limits
-        if lim is None:
-            return
-        if creating and 0 <= lim.max_streams <= len(self._streams):
-            raise E.api_error(10027)
-        if lim.max_bytes_required and cfg.max_bytes <= 0:
-            raise E.api_error(10113)
-        stream_cap = (
-            lim.memory_max_stream_bytes if cfg.storage == "memory" else lim.store_max_stream_bytes
-        )
-        if stream_cap > 0 and cfg.max_bytes > stream_cap:
-            raise E.api_error(10122)
+        check_stream_limits(self.account_limits, cfg, len(self._streams), creating)
 
     def _stream_dir(self, name: str, cfg: StreamConfig) -> Path | None:
         if self.base_dir is None or cfg.storage == "memory":
@@ -238,6 +255,8 @@ class JsAccount:
     def create_stream(self, cfg: StreamConfig) -> Stream:
         if cfg.name in self.offline:
             raise E.api_error(10194, err=self.offline[cfg.name])
+        if cfg.name in self._deleting:
+            raise E.api_error(10049, err="stream is being deleted")
         self._check_account_limits(cfg, creating=True)
         stream_dir = self._stream_dir(cfg.name, cfg)
         created = self.now_ns()
@@ -275,14 +294,21 @@ class JsAccount:
         rt.config_changed()
 
     def delete_stream(self, stream: Stream) -> None:
-        rt = self.runtimes.pop(stream.name)
-        self._streams.pop(stream.name, None)
-        rt.delete()
-        if rt.stream_dir is not None:
-            try:
-                remove_stream_dir(rt.stream_dir)
-            except OSError as exc:
-                log.error("removing %s: %s", rt.stream_dir, exc)
+        """Stop the stream now; the answer waits until its files' removal is durable. A
+        failed removal is reported to the requester, and the name stays reserved (offline)
+        so that nothing is created over the remains."""
+        name = stream.name
+        rt = self.runtimes.pop(name)
+        self._streams.pop(name, None)
+        self._deleting.add(name)
+
+        def removed(fut: asyncio.Future[None]) -> None:
+            self._deleting.discard(name)
+            exc = None if fut.cancelled() else fut.exception()
+            if exc is not None:
+                self.offline[name] = f"delete failed: {exc}"
+
+        rt.delete().add_done_callback(removed)
 
     def propose(self, stream: Stream, entry: Entry) -> Result:
         return self.runtimes[stream.name].propose(entry)
@@ -327,16 +353,20 @@ class JsAccount:
 
 
 class DisabledAccount:
-    """An account without JetStream: API requests get 10039, as from nats-server."""
+    """An account without JetStream: API requests get 10039, as from nats-server. In a
+    cluster only one server answers (``answers``: the meta leader's rule)."""
 
-    def __init__(self, server: Server, account: Account) -> None:
+    def __init__(
+        self, server: JsHost, account: Account, answers: Callable[[], bool] | None = None
+    ) -> None:
         self.table = build_table()
-        self.client = InternalClient(server, account, "jetstream disabled")
+        self.answers = answers
+        self.client = InternalClient(server.router, account, "jetstream disabled")
         self.client.subscribe("$JS.API.>", self._on_api)
 
     def _on_api(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         route = self.table.lookup(subject)
-        if route is None or not reply:
+        if route is None or not reply or (self.answers is not None and not self.answers()):
             return
         if route.kind:
             body = encode_json(error_response(route.kind, E.api_error(10039)))
@@ -351,17 +381,21 @@ class DisabledAccount:
 class JetStreamManager:
     """Starts JetStream for the enabled accounts and answers /jsz."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: JsHost) -> None:
         assert server.config.jetstream is not None
         self.server = server
         self.config = server.config.jetstream
         self.accounts: dict[str, JsAccount] = {}
         self.disabled: list[DisabledAccount] = []
+        self.clustered: ClusteredJetStream | None = None
 
     async def start(self) -> None:
         store_dir = Path(self.config.store_dir)
         log.info("Starting JetStream, store directory %s", store_dir / "jetstream")
         cfg, accounts = self.server.config, self.server.auth.accounts
+        if self.server.mesh is not None:
+            await self._start_clustered()
+            return
         for account in enabled_accounts(cfg, accounts):
             acct = JsAccount(self, account)
             self.accounts[account.name] = acct
@@ -371,9 +405,23 @@ class JetStreamManager:
             if name not in self.accounts and name != system:
                 self.disabled.append(DisabledAccount(self.server, account))
 
+    async def _start_clustered(self) -> None:
+        cfg, accounts = self.server.config, self.server.auth.accounts
+        enabled = enabled_accounts(cfg, accounts)
+        clustered = ClusteredJetStream(self.server, enabled)
+        self.clustered = clustered
+        await clustered.start()
+        system = system_account_name(cfg)
+        names = {a.name for a in enabled}
+        for name, account in accounts.items():
+            if name not in names and name != system:
+                self.disabled.append(DisabledAccount(self.server, account, clustered.answers_meta))
+
     async def stop(self) -> None:
+        if self.clustered is not None:
+            await self.clustered.stop()
         for acct in self.accounts.values():
-            acct.stop()
+            await acct.stop()
         self.accounts.clear()
         for disabled in self.disabled:
             disabled.close()
@@ -381,6 +429,8 @@ class JetStreamManager:
 
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
         """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
+        if self.clustered is not None:
+            return self._clustered_jsz(self.clustered, q)
         totals = {
             "memory": 0,
             "storage": 0,
@@ -429,6 +479,51 @@ class JetStreamManager:
             out["account_details"] = details
         return out
 
+    def _clustered_jsz(self, cl: ClusteredJetStream, q: Mapping[str, str]) -> dict[str, Any]:
+        memory = storage = messages = nbytes = 0
+        for replica in cl.streams.values():
+            st = replica.stream.store.state()
+            messages += st.msgs
+            nbytes += st.bytes
+            if replica.stream.config.storage == "memory":
+                memory += st.bytes
+            else:
+                storage += st.bytes
+        total = sum(api.stats.total for api in cl.apis.values())
+        errors = sum(api.stats.errors for api in cl.apis.values())
+        from jetraft.jetstream.api import API_LEVEL
+
+        out: dict[str, Any] = {
+            "server_id": self.server.server_id,
+            "now": format_time(time.time_ns()),
+            "config": {
+                "max_memory": self.config.max_memory_store,
+                "max_storage": self.config.max_file_store,
+                "store_dir": str(Path(self.config.store_dir) / "jetstream"),
+                "sync_interval": self.config.sync_interval_ns,
+            },
+            "limits": {},
+            "memory": memory,
+            "storage": storage,
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "accounts": len(cl.apis),
+            "ha_assets": sum(1 for r in cl.streams.values() if len(r.sa.peers) > 1),
+            "api": {"level": API_LEVEL, "total": total, "errors": errors},
+            "streams": len(cl.streams),
+            "consumers": 0,
+            "messages": messages,
+            "bytes": nbytes,
+            "meta_cluster": cl.meta_cluster(),
+        }
+        if self.config.domain:
+            out["config"]["domain"] = self.config.domain
+        if self.config.unique_tag:
+            out["config"]["unique_tag"] = self.config.unique_tag
+        if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
+            out["account_details"] = cl.account_details(q.get("streams") in ("1", "true"))
+        return out
+
     def _account_detail(
         self, name: str, acct: JsAccount, usage: dict[str, int], q: Mapping[str, str]
     ) -> dict[str, Any]:
@@ -448,4 +543,11 @@ class JetStreamManager:
             ]
         if acct.offline:
             detail["offline_streams"] = dict(acct.offline)
+        consumers = {
+            name: dict(rt.consumers.offline)
+            for name, rt in sorted(acct.runtimes.items())
+            if rt.consumers.offline
+        }
+        if consumers:
+            detail["offline_consumers"] = consumers
         return detail

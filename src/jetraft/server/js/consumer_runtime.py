@@ -1,24 +1,24 @@
 """One consumer on a running server: delivery to pull requests or a push subject, acks,
-redelivery and heartbeat timers, flow control, inactivity cleanup, lazy state writes.
+redelivery and heartbeat timers, flow control, inactivity cleanup, state commits.
 
 The decisions about replicated state are the state machine's (``jetstream.consumer``); every
-change of it goes through ``ConsumerRuntime.propose`` (the seam where RAFT slots in).
+change of it goes through ``ConsumerRuntime.propose`` (the seam where RAFT slots in), which
+touches the consumer's ``CommitQueue``. State nobody waits for is committed at most every
+``STATE_FLUSH_S``; an answer that confirms a change (an ack sent as a request, create,
+update, pause) waits for the commit that covers it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import contextlib
+import functools
 import logging
-import os
 import random
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from jetraft.jetstream import consumer_state
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
@@ -28,6 +28,7 @@ from jetraft.jetstream.consumer import (
     ConsumerCore,
     Delivered,
     Entry,
+    MsgSource,
     Nakked,
     Progress,
 )
@@ -42,12 +43,12 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
+from jetraft.jetstream.store.disk import StoreDisk
 from jetraft.protocol.headers import encode_headers
-
-if TYPE_CHECKING:
-    from jetraft.server.auth import Account
-    from jetraft.server.js_consumers import StreamConsumers
-    from jetraft.server.server import Server
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.commit import Callback, CommitQueue, Durable, Prepared, collect
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -73,9 +74,48 @@ def _ascii_digits(text: str) -> bool:
 
 @dataclass(slots=True)
 class ConsumerEnv:
-    server: Server
+    router: Router
     account: Account
     rng: random.Random
+
+
+class ConsumerOwner(Protocol):
+    """The consumer set of one stream (``consumers.StreamConsumers`` provides it)."""
+
+    @property
+    def env(self) -> ConsumerEnv: ...
+
+    @property
+    def retention(self) -> str: ...
+
+    @property
+    def persistent(self) -> bool: ...
+
+    def source(self) -> MsgSource: ...
+
+    def consumer_ack(self, seq: int) -> None: ...
+
+    def new_client(self, name: str) -> InternalClient: ...
+
+    def state_path(self, name: str) -> Path | None: ...
+
+    @property
+    def disk(self) -> StoreDisk: ...
+
+    def disk_gate(self, name: str) -> asyncio.Future[None] | None:
+        """Done once a deleted consumer of that name no longer touches its files."""
+        ...
+
+    def delete(self, name: str) -> bool: ...
+
+
+class Replicator(Durable, Protocol):
+    """A clustered consumer's RAFT group: entries are proposed to it and applied to the
+    consumer's state machine once committed (on every replica, this one included)."""
+
+    def propose(self, entry: Entry) -> None: ...
+
+    def after_durable(self, callback: Callback) -> None: ...
 
 
 # --- routing helpers -----------------------------------------------------------------------
@@ -91,7 +131,7 @@ def deliver_as(
 ) -> int:
     """Route by ``dsubj`` but show the client the message's own ``subject`` (nats-server's
     delivery of stream messages). Returns how many subscriptions got it."""
-    return env.server.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
+    return env.router.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
 
 
 def headers_only(hdr: bytes | None, data: bytes) -> bytes:
@@ -105,29 +145,22 @@ def headers_only(hdr: bytes | None, data: bytes) -> bytes:
 # --- persistence ---------------------------------------------------------------------------
 
 
-# Consumer state files are written here, off the event loop (fsync takes milliseconds).
-_WRITER = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="js-cstate")
-
-
-def write_atomic(path: Path, blob: bytes) -> None:
-    """Replace ``path`` with ``blob`` crash-safely (temp file, fsync, rename, dir fsync)."""
-    tmp = path.with_name(f"{path.name}.{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+def write_state(disk: StoreDisk, path: Path, blob: bytes) -> None:
+    """Replace the state file crash-safely (a worker thread; ``Disk.write_atomic``: temp
+    file, fsync, rename, directory fsync). Creates the consumer's directory when new."""
+    disk.makedirs(str(path.parent))
+    disk.write_atomic(str(path), blob)
 
 
 class ConsumerRuntime:
     """One consumer on this server (today always its leader)."""
 
-    def __init__(self, owner: StreamConsumers, core: ConsumerCore) -> None:
+    def __init__(
+        self, owner: ConsumerOwner, core: ConsumerCore, replicator: Replicator | None = None
+    ) -> None:
+        """``replicator``: a clustered consumer's group; proposals go there and are
+        applied when committed (``applied``). Without: applied at once and committed to
+        the consumer's state file (single server)."""
         self.owner = owner
         self.env = owner.env
         self.core = core
@@ -150,9 +183,17 @@ class ConsumerRuntime:
         self._replay_prev_ts = 0
         self._replay_due_ns = 0
         self._replay_upto = owner.source().bounds()[1]
-        self._flush_timer: asyncio.TimerHandle | None = None
-        self._inflight: concurrent.futures.Future[None] | None = None
-        self.dirty = False
+        self.replicator = replicator
+        # One server: the state file's commit queue (None when the state is not persisted).
+        self.queue: CommitQueue | None = None
+        if replicator is None and owner.persistent and not core.cfg.mem_storage:
+            self.queue = CommitQueue(
+                f"consumer {core.stream} > {core.name}",
+                self._prepare_state,
+                lazy_delay_s=STATE_FLUSH_S,
+                gate=owner.disk_gate(core.name),
+            )
+        self.commits: Durable | None = replicator if replicator is not None else self.queue
         # Push state.
         self.active = False
         self.inactive_since_ns = 0
@@ -207,8 +248,9 @@ class ConsumerRuntime:
             self._arm_inactive_timer()
         self.kick()
 
-    def stop(self, deleted: bool) -> None:
-        """Stop delivering. ``deleted``: tell waiting pull requests (409 Consumer Deleted)."""
+    def stop(self, deleted: bool, leadership: bool = False) -> None:
+        """Stop delivering. ``deleted``: tell waiting pull requests (409 Consumer Deleted);
+        ``leadership``: this server stopped leading the consumer (409 Leadership Change)."""
         if self.closed:
             return
         self.closed = True
@@ -218,15 +260,15 @@ class ConsumerRuntime:
             self._hb_timer,
             self._poll_timer,
             self._inactive_timer,
-            self._flush_timer,
             self._pause_timer,
             self._replay_timer,
         ):
             if handle is not None:
                 handle.cancel()
-        if deleted:
+        if deleted or leadership:
+            why = "Consumer Deleted" if deleted else "Leadership Change"
             for wr in self.waitq.drain():
-                self._send_status(status(wr.reply, 409, "Consumer Deleted"))
+                self._send_status(status(wr.reply, 409, why))
         self.client.close()
 
     def update_config(self, cfg: ConsumerConfig) -> None:
@@ -240,7 +282,7 @@ class ConsumerRuntime:
             # Everything outstanding goes to the new deliver subject.
             self._force_expire_pending()
             self._check_push_interest()
-        self.dirty = True
+        self.changed()
         self.kick()
 
     # --- proposing ------------------------------------------------------------------------
@@ -249,13 +291,30 @@ class ConsumerRuntime:
         """Apply a replicated entry (single server: locally) and carry out its effects.
 
         ``notify``: tell the stream about sequences we no longer need (retention)."""
+        if self.replicator is not None:
+            # Clustered: applied when committed (see ``applied``); only the cursor moves now,
+            # so the next delivery does not repeat this one.
+            if isinstance(entry, Delivered):
+                self.core.note_delivered(entry)
+            self.replicator.propose(entry)
+            self.changed()
+            return []
         done = self.core.apply(entry)
-        if not self.dirty:
-            self._mark_dirty()
+        self.changed()
         if done and notify and self.owner.retention != "limits":
             for seq in done:
                 self.owner.consumer_ack(seq)
         return done
+
+    def applied(self, done: list[int], freed: bool) -> None:
+        """Clustered: a committed entry was applied to our state. ``done``: sequences we no
+        longer need (retention); ``freed``: a pending message was settled, so deliveries
+        blocked by max_ack_pending may go on."""
+        if done and self.owner.retention != "limits":
+            for seq in done:
+                self.owner.consumer_ack(seq)
+        if freed:
+            self.kick()
 
     # --- delivery -------------------------------------------------------------------------
 
@@ -574,24 +633,35 @@ class ConsumerRuntime:
         self.last_activity_ns = now = now_ns()
         body = data.strip() if data else b""
         send_reply = True
-        if not body or body == b"+ACK" or body == b"+OK":
-            self._ack(sseq, dseq)
-        elif body.startswith(b"+NXT"):
-            self._ack(sseq, dseq)
-            if reply:
-                self.pull_request(reply, body[4:])
-            send_reply = False
-        elif body.startswith(b"-NAK"):
-            self._nak(sseq, dseq, body[4:].strip(), now)
-        elif body == b"+WPI":
-            if sseq in self.core.state.pending:
-                self.propose(Progress(sseq, now))
-        elif body.startswith(b"+TERM"):
-            self._ack(sseq, dseq, term=True)
-        else:
-            send_reply = False
+        # An ack sent as a request is answered once what it changed (our state, and the
+        # stream's under interest or workqueue retention) is durable.
+        with collect() as barrier:
+            if not body or body == b"+ACK" or body == b"+OK":
+                self._ack(sseq, dseq)
+            elif body.startswith(b"+NXT"):
+                self._ack(sseq, dseq)
+                if reply:
+                    self.pull_request(reply, body[4:])
+                send_reply = False
+            elif body.startswith(b"-NAK"):
+                self._nak(sseq, dseq, body[4:].strip(), now)
+            elif body == b"+WPI":
+                if sseq in self.core.state.pending:
+                    self.propose(Progress(sseq, now))
+            elif body.startswith(b"+TERM"):
+                self._ack(sseq, dseq, term=True)
+            else:
+                send_reply = False
         if reply and send_reply:
+            barrier.wait(functools.partial(self._ack_answered, reply))
+
+    def _ack_answered(self, reply: str, exc: BaseException | None) -> None:
+        if exc is None:
             self.client.publish(reply, b"")
+        else:
+            # No answer: the requester's ack times out, so it cannot believe in an ack that
+            # may be lost.
+            log.error("consumer %s > %s: ack not committed: %s", self.core.stream, self.name, exc)
 
     def _ack(self, sseq: int, dseq: int, term: bool = False) -> None:
         core = self.core
@@ -685,63 +755,23 @@ class ConsumerRuntime:
 
     # --- persistence ----------------------------------------------------------------------
 
-    def _mark_dirty(self) -> None:
-        self.dirty = True
-        if (
-            self._flush_timer is None
-            and not self.closed
-            and self.owner.persistent
-            and not self.cfg.mem_storage
-        ):
-            self._flush_timer = self._later(STATE_FLUSH_S, self._flush_soon)
-
-    def _flush_soon(self) -> None:
-        self._flush_timer = None
-        if self.closed or not self.dirty:
-            return
-        if self._inflight is not None:
-            self._mark_dirty()
-            return
-        path = self.owner.state_path(self.core.name)
-        if path is None:
-            return
-        self.dirty = False
-        blob = consumer_state.encode(consumer_state.snapshot(self.core))
-        fut = _WRITER.submit(write_atomic, path, blob)
-        self._inflight = fut
-        loop = self.loop
-        fut.add_done_callback(lambda f: loop.call_soon_threadsafe(self._flushed, f))
-
-    def _flushed(self, fut: concurrent.futures.Future[None]) -> None:
-        if self._inflight is fut:
-            self._inflight = None
-        if self.closed:
-            return
-        exc = fut.exception()
-        if exc is not None:
-            log.error("writing consumer state %s > %s: %s", self.core.stream, self.core.name, exc)
-            self.dirty = True
-        if self.dirty:
-            self._mark_dirty()
-
-    def wait_writes(self) -> None:
-        """Block until a background state write has finished (before deleting or a final
-        synchronous write, so an older snapshot can never land after a newer one)."""
-        fut = self._inflight
-        if fut is not None:
-            with contextlib.suppress(Exception):
-                fut.result(timeout=10)
-            self._inflight = None
+    def changed(self) -> None:
+        """Replicated state or config changed: commit it (lazily, unless someone waits)."""
+        if self.commits is not None:
+            self.commits.touch()
 
     def write_now(self) -> None:
-        """Synchronous write (create/update answers and shutdown wait for it)."""
+        """Create, update and pause answers: the request being handled waits for a commit of
+        the current state (through the request's barrier; never blocks the loop)."""
+        self.changed()
+
+    def _prepare_state(self) -> Prepared:
+        """On the loop: encode the state now; the atomic write runs in a worker thread."""
         path = self.owner.state_path(self.core.name)
         if path is None:
-            return
-        self.wait_writes()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, consumer_state.encode(consumer_state.snapshot(self.core)))
-        self.dirty = False
+            return Prepared(None)
+        blob = consumer_state.encode(consumer_state.snapshot(self.core))
+        return Prepared(functools.partial(write_state, self.owner.disk, path, blob))
 
     # --- info -----------------------------------------------------------------------------
 

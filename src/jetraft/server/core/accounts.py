@@ -1,0 +1,62 @@
+"""Accounts and subscriptions: the subject spaces messages are routed in.
+
+An account is a subject space with its own sublist. A subscription belongs to a
+``Subscriber``: a client connection, a server component (``InternalClient``) or, in a
+cluster, a route standing for the interest of the servers behind it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from jetraft.server.core.sublist import SubList
+
+GLOBAL_ACCOUNT = "$G"
+
+
+class Subscriber(Protocol):
+    """What routing needs from the owner of a subscription."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def is_route(self) -> bool:
+        """True for a route: its subscriptions are the remote servers' interest."""
+        ...
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        """Write one message for ``sub``; False when it was filtered out (not delivered)."""
+        ...
+
+
+class Subscription:
+    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "subject", "weight")
+
+    def __init__(self, conn: Subscriber, subject: str, queue: str | None, sid: str) -> None:
+        self.conn = conn
+        self.subject = subject
+        self.queue = queue
+        self.sid = sid
+        self.delivered = 0
+        self.max_msgs = 0  # 0: no auto-unsubscribe
+        self.weight = 1  # queue members a route subscription stands for
+
+
+@dataclass(slots=True)
+class AccountStats:
+    in_msgs: int = 0
+    in_bytes: int = 0
+    out_msgs: int = 0
+    out_bytes: int = 0
+
+
+@dataclass(eq=False, slots=True)
+class Account:
+    name: str
+    sublist: SubList[Subscription] = field(default_factory=SubList)
+    stats: AccountStats = field(default_factory=AccountStats)
+    num_connections: int = 0

@@ -1,0 +1,220 @@
+"""Message routing: who gets a published message, on this server and across the cluster.
+
+Local subscribers get the message directly. In a cluster, the account's sublist also holds
+the interest of the other servers, one subscription per (route, subject, queue) owned by the
+route connection (``is_route``); a message is sent over a route once, carrying the names of
+the queue groups the receiver should serve. Messages that arrive over a route are delivered
+to local subscribers only, never forwarded again: the mesh is complete, so one hop suffices
+and loops cannot form.
+
+Queue groups: exactly one member cluster-wide gets each message. A local member is preferred
+(as nats-server does); otherwise one route holding members is picked, weighted by how many
+members it stands for.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Literal, Protocol, cast
+
+from jetraft.protocol import client as proto
+from jetraft.protocol.headers import encode_headers
+from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
+
+
+class Publisher(Protocol):
+    """The sending side of a message: a client connection (None for server components)."""
+
+    @property
+    def echo(self) -> bool: ...
+
+    @property
+    def no_responders(self) -> bool: ...
+
+    @property
+    def account(self) -> Account: ...
+
+    def enqueue(self, frame: bytes) -> None: ...
+
+
+class RouteSubscriber(Subscriber, Protocol):
+    """A route connection as owner of remote interest."""
+
+    def forward(
+        self,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        queues: Sequence[str],
+        route_by: str | None,
+    ) -> None: ...
+
+
+class InterestListener(Protocol):
+    """Told when local interest changes (the cluster propagates it to the other servers)."""
+
+    def local_interest(self, account: Account, sub: Subscription, added: bool) -> None: ...
+
+
+class Router:
+    def __init__(self, rng: random.Random | None = None) -> None:
+        self._rng = rng or random.Random()
+        self.listener: InterestListener | None = None
+
+    # --- interest ----------------------------------------------------------------------------
+
+    def add_subscription(self, account: Account, sub: Subscription) -> None:
+        account.sublist.insert(sub.subject, sub.queue, sub)
+        if self.listener is not None and not sub.conn.is_route:
+            self.listener.local_interest(account, sub, True)
+
+    def remove_subscription(self, account: Account, sub: Subscription) -> None:
+        if account.sublist.remove(sub.subject, sub.queue, sub) and (
+            self.listener is not None and not sub.conn.is_route
+        ):
+            self.listener.local_interest(account, sub, False)
+
+    # --- delivery ----------------------------------------------------------------------------
+
+    def route_message(
+        self,
+        sender: Publisher | None,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        route_by: str | None = None,
+    ) -> int:
+        """Deliver a message published on this server to every interested subscription,
+        here and (over routes) on the other servers of the cluster.
+
+        ``route_by`` picks the subscribers by another subject than the one they are shown
+        (JetStream push delivery: routed by deliver subject, shown with the stored subject).
+        Returns how many receivers took it (a route counts once). Server-wide totals are
+        sums over accounts, so this hot path only counts per account.
+        """
+        size = len(data) if hdr is None else len(data) + len(hdr)
+        acc_stats = account.stats
+        acc_stats.in_msgs += 1
+        acc_stats.in_bytes += size
+        match = account.sublist.match(subject if route_by is None else route_by)
+        delivered = 0
+        skip: object = sender if sender is not None and not sender.echo else None
+        remote: dict[RouteSubscriber, list[str]] | None = None
+        for sub in match.plain:
+            conn = sub.conn
+            if conn.is_route:
+                if remote is None:
+                    remote = {}
+                remote.setdefault(cast(RouteSubscriber, conn), [])
+            elif conn is not skip and conn.deliver(sub, subject, reply, hdr, data):
+                delivered += 1
+        if match.queues:
+            for members in match.queues:
+                chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
+                if chosen is True:
+                    delivered += 1
+                elif chosen is not None:
+                    if remote is None:
+                        remote = {}
+                    remote.setdefault(chosen, []).append(members[0].queue or "")
+        if remote:
+            for route, queues in remote.items():
+                route.forward(account, subject, reply, hdr, data, queues, route_by)
+            delivered += len(remote)
+        if delivered:
+            acc_stats.out_msgs += delivered
+            acc_stats.out_bytes += size * delivered
+        elif reply and sender is not None and sender.no_responders:
+            self._no_responders(sender, subject, reply)
+        return delivered
+
+    def deliver_from_route(
+        self,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        queues: Sequence[str],
+        route_by: str | None,
+    ) -> int:
+        """Deliver a message another server routed here: local subscribers only, and of the
+        queue groups only those the sender picked this server for."""
+        size = len(data) if hdr is None else len(data) + len(hdr)
+        account.stats.in_msgs += 1
+        account.stats.in_bytes += size
+        match = account.sublist.match(subject if route_by is None else route_by)
+        delivered = 0
+        for sub in match.plain:
+            conn = sub.conn
+            if not conn.is_route and conn.deliver(sub, subject, reply, hdr, data):
+                delivered += 1
+        if queues and match.queues:
+            wanted = set(queues)
+            for members in match.queues:
+                if members[0].queue not in wanted:
+                    continue
+                local = tuple(m for m in members if not m.conn.is_route)
+                if local and self._deliver_queue(local, None, subject, reply, hdr, data):
+                    delivered += 1
+        if delivered:
+            account.stats.out_msgs += delivered
+            account.stats.out_bytes += size * delivered
+        return delivered
+
+    def _deliver_queue(
+        self,
+        members: tuple[Subscription, ...],
+        skip: object,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+    ) -> RouteSubscriber | Literal[True] | None:
+        """Give the message to one member: True when a local member took it, the route to
+        forward it to when only remote members are left, None when nobody can take it."""
+        n = len(members)
+        start = self._rng.randrange(n) if n > 1 else 0
+        routes: list[Subscription] | None = None
+        # Start at a random member and walk on past anyone who cannot take it.
+        for i in range(n):
+            sub = members[(start + i) % n]
+            conn = sub.conn
+            if conn.is_route:
+                if routes is None:
+                    routes = []
+                routes.append(sub)
+                continue
+            if skip is not None and conn is skip:
+                continue
+            if not conn.closed and conn.deliver(sub, subject, reply, hdr, data):
+                return True
+        if not routes:
+            return None
+        if len(routes) == 1:
+            return cast(RouteSubscriber, routes[0].conn)
+        weights = [max(s.weight, 1) for s in routes]
+        return cast(RouteSubscriber, self._rng.choices(routes, weights)[0].conn)
+
+    def _no_responders(self, sender: Publisher, subject: str, reply: str) -> None:
+        owner: object = sender
+        for sub in sender.account.sublist.match(reply).plain:
+            if sub.conn is owner:
+                hdr = encode_headers({"Nats-Subject": subject}, status=503)
+                sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
+                return
+
+
+def totals(accounts: Sequence[Account]) -> AccountStats:
+    total = AccountStats()
+    for acc in accounts:
+        total.in_msgs += acc.stats.in_msgs
+        total.in_bytes += acc.stats.in_bytes
+        total.out_msgs += acc.stats.out_msgs
+        total.out_bytes += acc.stats.out_bytes
+    return total

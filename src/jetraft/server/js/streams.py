@@ -1,0 +1,317 @@
+"""One stream on a running server: its subscriptions, the publish path with group commit,
+expiry timers, and the bridge to its consumers.
+
+Publish path: a message on one of the stream's subjects becomes a ``StoreMsg`` entry stamped
+with the proposer's clock and goes through ``propose`` (today: applied at once, so the next
+publish already sees its effect on expected-sequence checks and dedupe). Every change goes
+through ``propose``, which touches the stream's ``CommitQueue`` (see ``commit``); the PubAck,
+and any API answer that confirms a change, waits for the queue:
+
+* durable (file storage, ``sync_interval`` 0, persist_mode default): until an fsync that
+  covers the change returned. The fsync runs in a worker thread (``store_glue.prepare_sync``),
+  one at a time per stream; everything applied meanwhile is covered by the next one (group
+  commit), so one fsync serves every message of a loop turn and async publishers keep their
+  throughput.
+* lazy (``sync_interval`` > 0 or persist_mode async): until the data was handed to the OS
+  (a process crash loses nothing acknowledged; a power loss may lose the interval); fsync
+  rounds run on the interval timer, in the worker thread too.
+* memory storage: at once.
+
+Every answer to a publisher (errors and duplicates too) goes through the same queue, so a
+publisher never learns about message n+1 before message n is durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol, cast
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream.consumer_config import StreamFacts
+from jetraft.jetstream.store.types import StoreError, StreamStore
+from jetraft.jetstream.stream import (
+    ConsumerAck,
+    Entry,
+    Expire,
+    PubAck,
+    Result,
+    RetentionConsumer,
+    StoreMsg,
+    Stream,
+)
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.commit import CommitQueue, Prepared, note_job
+from jetraft.server.js.consumers import ConsumerEnv, StreamConsumers
+from jetraft.server.js.store_glue import CONSUMERS_DIR, prepare_sync, remove_stream_dir
+
+log = logging.getLogger("jetraft.js.streams")
+
+def now_ns() -> int:
+    return time.time_ns()
+
+
+class StreamHost(Protocol):
+    """The account a stream runs in (``manager.JsAccount`` provides it)."""
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def account(self) -> Account: ...
+
+    @property
+    def rng(self) -> random.Random: ...
+
+    @property
+    def sync_interval_ns(self) -> int: ...
+
+
+class StreamRuntime:
+    """The asyncio side of one ``Stream``."""
+
+    def __init__(self, acct: StreamHost, stream: Stream, stream_dir: Path | None) -> None:
+        self.acct = acct
+        self._stream = stream
+        self.stream_dir = stream_dir
+        self.loop = asyncio.get_running_loop()
+        self.client = InternalClient(acct.router, acct.account, f"stream {stream.name}")
+        # Consumers observe the stream themselves; their set doubles as the stream's
+        # retention registry, and their "no longer needed" comes back through our propose.
+        self.consumers = StreamConsumers(ConsumerEnv(acct.router, acct.account, acct.rng), self)
+        stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
+        stream.add_observer(self)
+        self.closed = False
+        self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit)
+        self._persisted = False
+        self.durable = False
+        self._update_mode()
+        self._expiry_scheduled = False
+        self._lazy_timer: asyncio.TimerHandle | None = None
+        self._expire_timer: asyncio.TimerHandle | None = None
+        self._expire_due_ns = 0
+
+    # --- identity ----------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        return self._stream.name
+
+    @property
+    def stream(self) -> Stream:
+        return self._stream
+
+    @property
+    def store(self) -> StreamStore:
+        return self.stream.store
+
+    def facts(self) -> StreamFacts:
+        cfg = self.stream.config
+        return StreamFacts(
+            name=cfg.name,
+            subjects=cfg.subjects,
+            retention=cfg.retention,
+            replicas=cfg.num_replicas,
+            max_msgs_per_subject=cfg.max_msgs_per_subject,
+            max_consumers=cfg.max_consumers,
+            limits_max_ack_pending=cfg.consumer_limits.max_ack_pending,
+            limits_inactive_threshold_ns=cfg.consumer_limits.inactive_threshold,
+        )
+
+    def consumer_dir(self) -> Path | None:
+        if self.stream_dir is None or self.stream.config.storage == "memory":
+            return None
+        return self.stream_dir / CONSUMERS_DIR
+
+    def on_consumer_ack(self, seq: int) -> None:
+        if self.stream.config.retention != "limits" and not self.closed:
+            self.propose(ConsumerAck(seq))
+
+    def _update_mode(self) -> None:
+        """Durable (fsync before answering), lazy (write before answering, fsync on the
+        timer) or memory (answer at once); see the module doc."""
+        cfg = self.stream.config
+        self._persisted = cfg.storage == "file" and self.stream_dir is not None
+        self.durable = (
+            self._persisted
+            and self.acct.sync_interval_ns == 0
+            and cfg.persist_mode != "async"
+        )
+        lazy = self._persisted and not self.durable
+        self.commits.set_write(self._write_out if lazy else None)
+
+    def config_changed(self) -> None:
+        """After an UpdateConfig: re-subscribe and refresh what depends on the config."""
+        self._update_mode()
+        self.subscribe()
+        if self._lazy_timer is None:
+            self._arm_lazy_timer()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.subscribe()
+        self.consumers.restore()
+        self._arm_expiry()
+        self._arm_lazy_timer()
+
+    def subscribe(self) -> None:
+        for sub in list(self.client.subs.values()):
+            self.client.unsubscribe(sub)
+        for subject in self.stream.config.subjects:
+            self.client.subscribe(subject, self._on_publish)
+
+    def _stop_intake(self) -> None:
+        self.closed = True
+        self.client.close()
+        for timer in (self._lazy_timer, self._expire_timer):
+            if timer is not None:
+                timer.cancel()
+        self.stream.remove_observer(self)
+
+    async def close(self) -> None:
+        """Server shutdown: stop taking messages, let the running fsync finish, commit what
+        is left and answer everyone waiting, keep the data."""
+        if self.closed:
+            return
+        self._stop_intake()
+        await self.consumers.close()
+        await self.commits.drain()
+        try:
+            self.store.close()
+        except Exception as exc:
+            log.error("stream %s: closing the store failed: %s", self.name, exc)
+
+    def delete(self) -> asyncio.Future[None]:
+        """STREAM.DELETE: stop, end the consumers, and remove the stream's files durably.
+        The returned future (also noted for the request being answered) completes once the
+        removal is durable and fails if it could not be done."""
+        self._stop_intake()
+        self.consumers.stream_deleted()
+        return note_job(self._remove(), f"deleting stream {self.name}")
+
+    async def _remove(self) -> None:
+        await self.consumers.abandon()
+        await self.commits.abandon()
+        self.store.abandon()
+        if self.stream_dir is not None:
+            await self.loop.run_in_executor(None, remove_stream_dir, self.stream_dir)
+
+    # --- proposing ---------------------------------------------------------------------------
+
+    def propose(self, entry: Entry) -> Result:
+        """The seam where RAFT slots in; on one server the entry is applied right away and
+        the commit queue makes it durable (answers that confirm it wait for the queue)."""
+        try:
+            return self.stream.apply(entry)
+        finally:
+            self._changed()
+
+    def _changed(self) -> None:
+        if self._persisted:
+            self.commits.touch()
+        if not self._expiry_scheduled and not self.closed:
+            self._expiry_scheduled = True
+            self.loop.call_soon(self._after_turn)
+
+    def _after_turn(self) -> None:
+        self._expiry_scheduled = False
+        if not self.closed:
+            self._arm_expiry()
+
+    def _on_publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            result = self.propose(StoreMsg(subject, reply or "", hdr, data, now_ns()))
+        except StoreError as exc:
+            # The store refused to write (full disk, failed device): the publisher hears it.
+            log.error("stream %s: store failed: %s", self.name, exc)
+            result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
+        except Exception as exc:
+            # A bug must not leave the publisher waiting for a PubAck that never comes.
+            log.exception("stream %s: storing a message on %s failed", self.name, subject)
+            result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
+        if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
+            return
+        if self._persisted:
+            self.commits.after_durable(functools.partial(self._answer, result))
+        else:
+            self.client.publish(reply, result.body())
+
+    def _answer(self, ack: PubAck, exc: BaseException | None) -> None:
+        if exc is None:
+            self.client.publish(ack.reply, ack.body())
+            return
+        # The data may not be durable: tell the publisher it failed (it retries; dedupe by
+        # Nats-Msg-Id makes the retry safe).
+        failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
+        self.client.publish(ack.reply, failed.body())
+
+    # --- commits -----------------------------------------------------------------------------
+
+    def _prepare_commit(self) -> Prepared:
+        """On the loop: write everything out and return the fsync for a worker thread."""
+        store = self.store
+        work = prepare_sync(store)
+        return Prepared(work, complete=not store.deferred_work)
+
+    def _write_out(self) -> None:
+        """Lazy mode: hand what was applied to the OS (survives a process crash)."""
+        self.store.flush()
+
+    def _arm_lazy_timer(self) -> None:
+        interval = self.acct.sync_interval_ns
+        if self.closed or not self._persisted or self.durable:
+            return
+        delay_s = interval / 1e9 if interval > 0 else 1.0
+        self._lazy_timer = self.loop.call_later(delay_s, self._lazy_sync)
+
+    def _lazy_sync(self) -> None:
+        """Lazy mode: nothing waits for this fsync; it runs in a worker thread like every
+        other commit."""
+        self._lazy_timer = None
+        if self.closed:
+            return
+        if self.store.needs_sync or self.store.deferred_work:
+            self.commits.sync_soon()
+        self._arm_lazy_timer()
+
+    # --- expiry ------------------------------------------------------------------------------
+
+    def _arm_expiry(self) -> None:
+        due = self.stream.next_expiry_ns()
+        if due is None or self.closed:
+            return
+        if self._expire_timer is not None:
+            if self._expire_due_ns <= due:
+                return
+            self._expire_timer.cancel()
+        self._expire_due_ns = due
+        delay_s = max(due - now_ns(), 0) / 1e9 + 0.001
+        self._expire_timer = self.loop.call_later(delay_s, self._on_expire)
+
+    def _on_expire(self) -> None:
+        self._expire_timer = None
+        if self.closed:
+            return
+        self.propose(Expire(now_ns()))
+        self._arm_expiry()
+
+    # --- StreamObserver: removals outside the publish path still need a commit -------------
+
+    def on_stored(self, seq: int, subject: str) -> None:
+        pass
+
+    def on_removed(self, seqs: Sequence[int]) -> None:
+        self._changed()
+
+    def on_purged(self, first_seq: int, filter_subject: str) -> None:
+        self._changed()
