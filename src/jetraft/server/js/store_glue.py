@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -26,6 +27,8 @@ from pathlib import Path
 
 from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream_config import StreamConfig, from_wire, to_wire
+
+log = logging.getLogger("jetraft.js.store")
 
 META_FILE = "meta.json"
 CONSUMERS_DIR = "obs"
@@ -116,7 +119,12 @@ def open_store(cfg: StreamConfig, stream_dir: Path | None) -> StreamStore:
         return MemoryStore()
     from jetraft.jetstream.store.file import FileStore
 
-    return FileStore(str(stream_dir))
+    store = FileStore(str(stream_dir))
+    for path, offset, cut in store.truncated:
+        # A torn last write (a crash mid-write) - or damage of the very last record, which
+        # looks the same: say so, the data cut was never acknowledged unless it was damage.
+        log.warning("stream %s: cut %d bytes of a torn write at %s:%d", cfg.name, cut, path, offset)
+    return store
 
 
 def prepare_sync(store: StreamStore) -> Callable[[], None] | None:
