@@ -21,6 +21,7 @@ from jetraft.raft.messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -124,8 +125,12 @@ def msg_str(m: Message) -> str:
         kind = "PreVoteResp" if m.pre_vote else "VoteResp"
         return head + f"{kind} t{m.term} {'granted' if m.granted else 'rejected'}"
     if isinstance(m, InstallSnapshot):
-        meta = m.snapshot.meta
-        return head + f"Snapshot t{m.term} {meta.index}/{meta.term}"
+        meta = m.meta
+        chunk = "" if m.offset == 0 and m.done else (
+            f" chunk@{m.offset}+{len(m.data)}{' done' if m.done else ''}")
+        return head + f"Snapshot t{m.term} {meta.index}/{meta.term}{chunk}"
+    if isinstance(m, SnapshotResponse):
+        return head + f"SnapshotResp t{m.term} {m.index} have={m.offset}"
     assert isinstance(m, TimeoutNow)
     return head + f"TimeoutNow t{m.term}"
 
@@ -144,6 +149,7 @@ class Cluster:
         self.seed = seed
         self.trace = trace or (lambda _line: None)
         self.queue: list[Message] = []
+        self.held: list[Message] = []  # delayed in the network (hold / release)
         self.cut: set[frozenset[str]] = set()
         self.nodes: dict[str, TestNode] = {}
         for nid in self.ids:
@@ -226,6 +232,31 @@ class Cluster:
             self.process(nid)
         delivered = self.deliver(max_msgs)
         assert not self.queue, f"not stable after {delivered} messages"
+
+    def hold(self, frm: str, to: str, limit: int | None = None) -> int:
+        """Delay queued messages from frm to to (all, or the first `limit`): they stay in
+        the network until release(), so later messages overtake them."""
+        keep: list[Message] = []
+        n = 0
+        for m in self.queue:
+            if m.frm == frm and m.to == to and (limit is None or n < limit):
+                self.held.append(m)
+                n += 1
+            else:
+                keep.append(m)
+        self.queue = keep
+        return n
+
+    def release(self, frm: str | None = None, to: str | None = None) -> int:
+        """Delayed messages (all, or those from frm to to) arrive after everything queued
+        now, in the order they were sent."""
+        out: list[Message] = []
+        keep: list[Message] = []
+        for m in self.held:
+            (out if frm is None or (m.frm, m.to) == (frm, to) else keep).append(m)
+        self.held = keep
+        self.queue.extend(out)
+        return len(out)
 
     def partition(self, *groups: Iterable[str]) -> None:
         sets = [set(g) for g in groups]

@@ -18,6 +18,8 @@ Commands (node ids are words; `leader` names the current leader):
   deliver-to a [n]        deliver only messages addressed to a
   stabilize               deliver until no message is left
   drop [a]                discard queued messages (all, or those from or to a)
+  hold a c [n]            delay queued messages from a to c (all, or the first n)
+  release [a c]           delayed messages (all, or a->c) arrive after everything queued
   partition a b | c       cut every link between the groups; heal removes all cuts
   heal
   propose a x             propose data x on node a
@@ -192,6 +194,15 @@ class Runner:
         keep = [m for m in self.c.queue if who is not None and who not in (m.frm, m.to)]
         self.out.append(f"dropped {len(self.c.queue) - len(keep)} messages")
         self.c.queue = keep
+
+    def cmd_hold(self, args: list[str]) -> None:
+        frm, to = self.node(args[0]), self.node(args[1])
+        n = self.c.hold(frm, to, int(args[2]) if len(args) > 2 else None)
+        self.out.append(f"held {n} messages {frm}->{to}")
+
+    def cmd_release(self, args: list[str]) -> None:
+        link = (self.node(args[0]), self.node(args[1])) if args else (None, None)
+        self.out.append(f"released {self.c.release(*link)} messages")
 
     def cmd_partition(self, args: list[str]) -> None:
         groups: list[list[str]] = [[]]

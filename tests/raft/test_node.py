@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -52,13 +52,15 @@ class Group:
         self.sms: dict[str, KV] = {}
         self.nodes: dict[str, RaftNode] = {}
         self.snapshot_entries = snapshot_entries
+        self.cfg = CFG
+        self.make_sm: Callable[[str], KV] = lambda nid: KV()
 
     async def start(self, nid: str, peers: list[str] | None = None) -> RaftNode:
         disk = self.disks.setdefault(nid, MemDisk())
         wal, rec = Wal.open(disk, f"/{nid}")
-        sm = self.sms[nid] = KV()
+        sm = self.sms[nid] = self.make_sm(nid)
         node = RaftNode(
-            nid, self.ids if peers is None else peers, CFG, wal, self.hub.endpoint(nid), sm,
+            nid, self.ids if peers is None else peers, self.cfg, wal, self.hub.endpoint(nid), sm,
             TICK_S, random.Random(nid), recovered=rec,
             snapshot_entries=self.snapshot_entries, keep_entries=2,
         )
@@ -251,6 +253,6 @@ async def test_driver_asserts_the_persistence_contract(group: Group) -> None:
     node = group.nodes["a"]
     term = node.core.term
     with pytest.raises(AssertionError):
-        node._check_durable(VoteResponse(term + 5, "a", "b", True))
+        node.driver.check_durable(VoteResponse(term + 5, "a", "b", True))
     with pytest.raises(AssertionError):
-        node._check_durable(AppendResponse(term, "a", "b", node.core.log.last_index + 10))
+        node.driver.check_durable(AppendResponse(term, "a", "b", node.core.log.last_index + 10))

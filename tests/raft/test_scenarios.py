@@ -16,7 +16,7 @@ def test_there_are_transcripts() -> None:
     names = {p.stem for p in SCENARIOS}
     assert {"first_election", "prevote_rejoin", "check_quorum", "figure8",
             "leader_isolated", "snapshot_catchup", "leader_transfer",
-            "membership_partition"} <= names
+            "membership_partition", "corrupt_snapshot_keeps_acked"} <= names
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jetraft.config.build_auth import UserRegistry, build_accounts, build_authorization
+from jetraft.config.build_operator import OperatorNodes, build_operator
 from jetraft.config.build_sections import build_cluster, build_jetstream, build_tls
 from jetraft.config.errors import ConfigError, Pos
 from jetraft.config.model import (
@@ -39,20 +40,29 @@ from jetraft.config.values import (
     as_str_list,
     fail,
     parse_listen,
+    refuse,
 )
 
 _INT32_MAX = 2**31 - 1
+# Ignored with a warning: ignoring them never gives less protection than asked for.
 _UNSUPPORTED_TOP = {
-    "gateway", "leaf", "leafnodes", "websocket", "ws", "mqtt", "mappings", "maps",
-    "operator", "operators", "roots", "root", "root_operators", "root_operator", "resolver",
-    "account_resolver", "accounts_resolver", "resolver_tls", "resolver_preload",
-    "resolver_pinned_accounts", "trusted", "trusted_keys", "syslog", "remote_syslog",
-    "ports_file_dir", "prof_port", "prof_block_rate", "ocsp", "ocsp_cache", "allow_non_tls",
-    "write_timeout", "logfile_size_limit", "log_size_limit", "logfile_max_num",
-    "log_max_num", "max_traced_msg_len", "connect_error_reports", "reconnect_error_reports",
-    "disable_sublist_cache", "no_sublist_cache", "default_sentinel", "server_metadata",
-    "feature_flags", "default_js_domain", "no_fast_producer_stall", "max_closed_clients",
-    "proxies", "proxy_protocol", "max_sub_tokens", "max_subscription_tokens", "trace_headers",
+    "mappings", "maps", "syslog", "remote_syslog", "ports_file_dir", "prof_port",
+    "prof_block_rate", "allow_non_tls", "write_timeout", "logfile_size_limit",
+    "log_size_limit", "logfile_max_num", "log_max_num", "max_traced_msg_len",
+    "connect_error_reports", "reconnect_error_reports", "disable_sublist_cache",
+    "no_sublist_cache", "default_sentinel", "server_metadata", "feature_flags",
+    "default_js_domain", "no_fast_producer_stall", "max_closed_clients", "proxies",
+    "proxy_protocol", "trace_headers",
+}
+# Refused: listeners jetraft does not have (their auth and TLS blocks would be dropped with
+# them), trust settings and limits it cannot enforce. key -> what is missing.
+_REFUSED_TOP = {
+    "gateway": "gateways", "leaf": "leaf nodes", "leafnodes": "leaf nodes",
+    "websocket": "websocket listener", "ws": "websocket listener", "mqtt": "MQTT listener",
+    "ocsp": "OCSP stapling", "ocsp_cache": "OCSP", "resolver_tls": "URL account resolvers",
+    "https": "monitoring over TLS", "https_port": "monitoring over TLS",
+    "max_sub_tokens": "subscription token limit",
+    "max_subscription_tokens": "subscription token limit",
 }
 
 Reader = Callable[[Node, str], Any]
@@ -96,7 +106,6 @@ _SIMPLE: dict[str, tuple[str, Reader]] = {
     "port": ("port", _port),
     "http_port": ("http_port", _port),
     "monitor_port": ("http_port", _port),
-    "https_port": ("https_port", _port),
     "max_subscriptions": ("max_subscriptions", lambda n, k: as_int(n, k, lo=0)),
     "max_subs": ("max_subscriptions", lambda n, k: as_int(n, k, lo=0)),
     "ping_max": ("ping_max", lambda n, k: as_int(n, k, lo=0) or DEFAULT_PING_MAX),
@@ -129,6 +138,7 @@ class _Builder:
         self.js_node: Node | None = None
         self.store_dir_node: Node | None = None
         self.positions: dict[str, Pos] = {}
+        self.operator_nodes = OperatorNodes()
 
     def build(self) -> ServerConfig:
         for key, node in self.tree.items():
@@ -140,12 +150,16 @@ class _Builder:
             elif k in _DURATIONS:
                 field, default = _DURATIONS[k]
                 self.f[field] = as_duration_ns(node, key, self.ctx) or default
+            elif k in _REFUSED_TOP and not node.used:
+                raise refuse(key, node, _REFUSED_TOP[k])
             elif not self.special(k, key, node):
                 if k in _UNSUPPORTED_TOP:
                     self.ctx.unsupported(key, node)
                 else:
                     self.ctx.unknown(key, node)
         self.finish_jetstream()
+        if self.operator_nodes.any():
+            self.finish_operator()
         if self.f.get("no_system_account") and "system_account" not in self.f:
             self.f["system_account"] = ""
         if self.f.get("port") == 0:
@@ -159,10 +173,10 @@ class _Builder:
     def special(self, k: str, key: str, node: Node) -> bool:
         """Keys that set several fields or hold blocks; False when k is not one of them."""
         f = self.f
-        if k in ("listen", "http", "https"):
+        if k in ("listen", "http"):
             host, port = parse_listen(node, key)
             prefix = "" if k == "listen" else "http_"
-            f[{"listen": "port", "http": "http_port", "https": "https_port"}[k]] = port
+            f["port" if k == "listen" else "http_port"] = port
             if host:
                 f[prefix + "host"] = host
         elif k == "server_name":
@@ -189,9 +203,25 @@ class _Builder:
             self.js_node = node
         elif k in ("store_dir", "storedir"):
             self.store_dir_node = node
-        else:
+        elif not self.operator_nodes.add(k, node):
             return False
         return True
+
+    def finish_operator(self) -> None:
+        if self.f.get("accounts"):
+            raise ConfigError("operators do not allow Accounts to be configured directly",
+                              self.positions.get("accounts"))
+        if self.f.get("authorization") is not None:
+            raise ConfigError("operators do not allow authorization blocks or users to be "
+                              "configured directly", self.positions.get("authorization"))
+        sys_node = next(
+            (n for k, n in self.tree.items() if k.lower() in ("system_account", "system")), None
+        )
+        base_dir = str(Path(self.file).parent) if self.file != "<string>" else "."
+        op, accounts, system = build_operator(self.operator_nodes, self.ctx, base_dir, sys_node)
+        self.f["operator"] = op
+        self.f["accounts"] = accounts
+        self.f["system_account"] = system
 
     def finish_jetstream(self) -> None:
         enabled, settings, block_store = False, None, None
@@ -259,8 +289,10 @@ def _check_auth(cfg: ServerConfig, error: Callable[[str, str], ConfigError]) -> 
             raise error("can not have a single user/pass and accounts", "authorization")
         if auth.token:
             raise error("can not have a token and accounts", "authorization")
+    if cfg.no_auth_user and cfg.operator is not None:
+        raise error("no_auth_user not compatible with Trusted Operator", "no_auth_user")
     if cfg.no_auth_user:
-        names = {u.user for u in cfg.all_users()}
+        names = {u.identity for u in cfg.all_users()}
         if not names:
             raise error(f"no_auth_user: {cfg.no_auth_user!r} present, but users are not "
                         "defined", "no_auth_user")

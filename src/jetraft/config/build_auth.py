@@ -23,6 +23,7 @@ from jetraft.config.model import (
     SubjectPermission,
     UserConfig,
 )
+from jetraft.config.nkey import PREFIX_USER, is_public
 from jetraft.config.syntax import Node
 from jetraft.config.values import (
     Ctx,
@@ -38,13 +39,24 @@ from jetraft.config.values import (
     check_subjects,
     describe,
     fail,
+    refuse,
 )
 
-_USER_UNSUPPORTED = {"allowed_connection_types", "connection_types", "clients", "proxy_required"}
-_AUTH_UNSUPPORTED = {"auth_callout", "auth_hook", "proxy_required"}
-_ACCOUNT_UNSUPPORTED = {
-    "nkey", "imports", "exports", "mappings", "maps", "limits", "msg_trace", "trace_dest",
+# Keys jetraft cannot honour that would leave a user, the auth block or an account with less
+# protection (or other behaviour) than configured: refused, key -> what is missing.
+_USER_REFUSED = {"proxy_required": "trusted proxies"}
+_AUTH_REFUSED = {
+    "auth_callout": "authorization callouts", "auth_hook": "authorization callouts",
+    "proxy_required": "trusted proxies",
 }
+_ACCOUNT_REFUSED = {
+    "imports": "account imports", "exports": "account exports", "limits": "account limits",
+}
+_ACCOUNT_UNSUPPORTED = {"nkey", "mappings", "maps", "msg_trace", "trace_dest"}
+# nats-server's connection types; jetraft serves only STANDARD (plain NATS clients).
+CONNECTION_TYPES = frozenset(
+    {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS"}
+)
 
 
 class UserRegistry:
@@ -56,7 +68,8 @@ class UserRegistry:
     def add(self, name: str, node: Node) -> None:
         first = self.seen.get(name)
         if first is not None:
-            raise fail(node, f"duplicate user {name!r} (first defined at {first})")
+            what = "nkey" if is_public(name, PREFIX_USER) else "user"
+            raise fail(node, f"duplicate {what} {name!r} (first defined at {first})")
         self.seen[name] = node.pos
 
 
@@ -145,6 +158,7 @@ def build_users(
                              f"got {describe(item)}")
         user = password = nkey = ""
         perms: Permissions | None = None
+        conn_types: tuple[str, ...] = ()
         for key, child in item.value.items():
             k = key.lower()
             if k in ("user", "username"):
@@ -155,20 +169,35 @@ def build_users(
                 perms = build_permissions(child, key, ctx)
             elif k == "nkey":
                 nkey = as_str(child, key)
-            elif k in _USER_UNSUPPORTED:
-                ctx.unsupported(key, child)
+            elif k in ("allowed_connection_types", "connection_types", "clients"):
+                conn_types = _connection_types(child, key)
+            elif k in _USER_REFUSED:
+                raise refuse(key, child, _USER_REFUSED[k])
             else:
                 ctx.unknown(key, child, "user entry")
         if nkey:
+            if not is_public(nkey, PREFIX_USER):
+                raise fail(item, "not a valid public nkey for a user")
             if user or password:
                 raise fail(item, "nkey users do not take usernames or passwords")
-            ctx.warn(item.pos, "nkey users are not supported by jetraft; entry ignored")
-            continue
-        if not user:
+            registry.add(nkey, item)
+        elif not user:
             raise fail(item, "user entry requires a 'user'")
-        registry.add(user, item)
-        users.append(UserConfig(user, password, perms, account))
+        else:
+            registry.add(user, item)
+        users.append(UserConfig(user, password, perms, account, nkey, conn_types))
     return tuple(users)
+
+
+def _connection_types(node: Node, name: str) -> tuple[str, ...]:
+    """``allowed_connection_types``: names checked as nats-server does, kept upper case."""
+    types: list[str] = []
+    for value in as_str_list(node, name):
+        upper = value.upper()
+        if upper not in CONNECTION_TYPES:
+            raise fail(node, f"unknown connection type {value!r}")
+        types.append(upper)
+    return tuple(types)
 
 
 def _with_defaults(
@@ -205,8 +234,8 @@ def build_authorization(
             users = build_users(child, f"{name}.users", ctx, "", registry)
         elif k in ("default_permission", "default_permissions", "permissions"):
             defaults = build_permissions(child, key, ctx)
-        elif k in _AUTH_UNSUPPORTED:
-            ctx.unsupported(key, child)
+        elif k in _AUTH_REFUSED:
+            raise refuse(key, child, _AUTH_REFUSED[k])
         else:
             ctx.unknown(key, child, name)
     if (user or password) and token:
@@ -267,6 +296,8 @@ def _account(
             jetstream = _account_jetstream(child, f"accounts.{name}.jetstream", ctx)
         elif k == "default_permissions":
             defaults = build_permissions(child, key, ctx)
+        elif k in _ACCOUNT_REFUSED:
+            raise refuse(key, child, _ACCOUNT_REFUSED[k])
         elif k in _ACCOUNT_UNSUPPORTED:
             ctx.unsupported(key, child)
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from jetraft.config.build_auth import UserRegistry, build_authorization
@@ -22,53 +23,100 @@ from jetraft.config.values import (
     fail,
     parse_go_duration,
     parse_listen,
+    refuse,
 )
 
-_TLS_UNSUPPORTED = {
-    "insecure", "verify_and_map", "verify_cert_and_check_known_urls",
-    "allow_insecure_cipher_suites", "cipher_suites", "curve_preferences", "pinned_certs",
-    "cert_store", "cert_match_by", "cert_match", "cert_match_skip_invalid", "ca_certs_match",
-    "ocsp_peer", "certs", "min_version", "connection_rate_limit",
+# Ignoring these never lowers protection: insecure only concerns outgoing connections'
+# checks jetraft does not skip, and jetraft never enables insecure cipher suites.
+_TLS_UNSUPPORTED = {"insecure", "allow_insecure_cipher_suites"}
+# Refused: each would check or restrict more than jetraft's TLS does. key -> what is missing.
+_TLS_REFUSED = {
+    "verify_cert_and_check_known_urls": "checking certificates against known URLs",
+    "cipher_suites": "choosing cipher suites", "curve_preferences": "choosing curves",
+    "cert_store": "OS certificate stores", "cert_match_by": "OS certificate stores",
+    "cert_match": "OS certificate stores", "cert_match_skip_invalid": "OS certificate stores",
+    "ca_certs_match": "OS certificate stores", "ocsp_peer": "OCSP peer checks",
+    "certs": "several certificates", "connection_rate_limit": "TLS connection rate limits",
 }
+_JS_ENCRYPTION_KEYS = ("key", "ek", "encryption_key")
+_JS_PREV_KEYS = ("prev_key", "prev_ek", "prev_encryption_key")
 _JS_UNSUPPORTED = {
-    "key", "ek", "encryption_key", "prev_key", "prev_ek", "prev_encryption_key", "cipher",
-    "extension_hint", "limits", "tpm", "info_queue_limit", "meta_compact",
-    "meta_compact_size", "meta_compact_sync", "max_concurrent_io",
+    "extension_hint", "info_queue_limit", "meta_compact", "meta_compact_size",
+    "meta_compact_sync", "max_concurrent_io",
 }
+_JS_REFUSED = {"tpm": "TPM-sealed encryption keys", "limits": "server-wide JetStream limits"}
 _CLUSTER_UNSUPPORTED = {
-    "permissions", "accounts", "compression", "ping_interval", "ping_max", "write_deadline",
+    "accounts", "compression", "ping_interval", "ping_max", "write_deadline",
     "write_timeout", "connect_backoff",
 }
+_CLUSTER_REFUSED = {"permissions": "route permissions"}
+_CIPHERS = ("chachapoly", "aes")
+_TLS_VERSIONS = {"1.2": "1.2", "1.3": "1.3"}
+_PIN_RE = re.compile(r"[0-9a-f]{64}")
+
+# Hook for JetStream encryption at rest. The config layer parses and validates
+# ``encryption_key``/``cipher`` into JetStreamConfig; until the store encrypts with them, a
+# config that asks for encryption must not start with data in clear. The change that makes
+# the store encrypt sets this to True.
+JETSTREAM_ENCRYPTION_IMPLEMENTED = False
 
 
 def build_tls(node: Node, name: str, ctx: Ctx) -> TLSConfig:
     members = as_map(node, name)
     files = {"cert_file": "", "key_file": "", "ca_file": ""}
-    verify = handshake_first = False
-    timeout_s = TLSConfig().timeout_s
+    f: dict[str, object] = {}
     for key, child in members.items():
         k = key.lower()
+        path = f"{name}.{key}"
         if k in files:
-            files[k] = as_str(child, f"{name}.{key}")
+            files[k] = as_str(child, path)
         elif k == "verify":
-            verify = as_bool(child, f"{name}.{key}")
+            f["verify"] = as_bool(child, path) or bool(f.get("verify"))
+        elif k == "verify_and_map":
+            # As nats-server: mapping implies verify; false leaves verify as it is.
+            if as_bool(child, path):
+                f["verify"] = f["verify_and_map"] = True
         elif k == "timeout":
-            timeout_s = as_seconds(child, f"{name}.timeout") or timeout_s
+            f["timeout_s"] = as_seconds(child, f"{name}.timeout") or TLSConfig().timeout_s
         elif k in ("handshake_first", "first", "immediate"):
-            handshake_first = _handshake_first(child, f"{name}.{key}", ctx)
+            f["handshake_first"] = _handshake_first(child, path, ctx)
+        elif k == "pinned_certs":
+            f["pinned_certs"] = _pinned_certs(child, path)
+        elif k in ("min_version", "minimum_version"):
+            f["min_version"] = _tls_version(child, path)
+        elif k in _TLS_REFUSED:
+            raise refuse(key, child, _TLS_REFUSED[k])
         elif k in _TLS_UNSUPPORTED:
             ctx.unsupported(key, child)
-            if k == "verify_and_map" and isinstance(child.value, bool) and child.value:
-                verify = True
         else:
             ctx.unknown(key, child, name)
     for required in ("cert_file", "key_file"):
         if not files[required]:
             raise fail(node, f"missing {required!r} in the {name} block")
-    return TLSConfig(
-        files["cert_file"], files["key_file"], files["ca_file"], verify, timeout_s,
-        handshake_first,
-    )
+    return TLSConfig(**files, **f)  # type: ignore[arg-type]
+
+
+def _pinned_certs(node: Node, name: str) -> tuple[str, ...]:
+    if not isinstance(node.value, list):
+        raise fail(node, f"expected {name!r} to be a list of hex-encoded sha256 of DER encoded "
+                         "SubjectPublicKeyInfo")
+    pins: list[str] = []
+    for item in as_list(node, name):
+        pin = as_str(item, f"{name} element").lower()
+        if not _PIN_RE.fullmatch(pin):
+            raise fail(item, f"{name!r} key {pin} does not look like hex-encoded sha256 of DER "
+                             "encoded SubjectPublicKeyInfo")
+        pins.append(pin)
+    return tuple(pins)
+
+
+def _tls_version(node: Node, name: str) -> str:
+    text = as_str(node, name).strip()
+    version = _TLS_VERSIONS.get(text.upper().removeprefix("TLS").strip().removeprefix("V"))
+    if version is None:
+        raise fail(node, f"error parsing {name}: unsupported TLS version {text!r} "
+                         "(1.2 or 1.3)")
+    return version
 
 
 def _handshake_first(node: Node, name: str, ctx: Ctx) -> bool:
@@ -103,6 +151,7 @@ def build_jetstream(node: Node, ctx: Ctx) -> tuple[bool, JetStreamConfig, Node |
                          f"got {describe(node)}")
     enabled = True
     store_node: Node | None = None
+    key_node: tuple[str, Node] | None = None
     fields: dict[str, object] = {}
     for key, child in v.items():
         k = key.lower()
@@ -128,11 +177,39 @@ def build_jetstream(node: Node, ctx: Ctx) -> tuple[bool, JetStreamConfig, Node |
             fields[k] = as_size(child, path)
         elif k in ("max_buffered_msgs", "request_queue_limit"):
             fields[k] = as_int(child, path, lo=0)
+        elif k in _JS_ENCRYPTION_KEYS:
+            fields["encryption_key"] = _encryption_key(child, path)
+            key_node = (key, child)
+        elif k == "cipher":
+            fields["cipher"] = _cipher(child, path)
+        elif k in _JS_PREV_KEYS:
+            fields["prev_encryption_key"] = _encryption_key(child, path)
+        elif k in _JS_REFUSED:
+            raise refuse(key, child, _JS_REFUSED[k])
         elif k in _JS_UNSUPPORTED:
             ctx.unsupported(key, child)
         else:
             ctx.unknown(key, child, "jetstream")
+    if key_node is not None and not JETSTREAM_ENCRYPTION_IMPLEMENTED:
+        raise refuse(*key_node, "encryption at rest is not implemented yet")
     return enabled, JetStreamConfig(**fields), store_node  # type: ignore[arg-type]
+
+
+def _encryption_key(node: Node, name: str) -> str:
+    key = as_str(node, name)
+    if not key:
+        raise fail(node, f"{name} must not be empty")
+    return key
+
+
+def _cipher(node: Node, name: str) -> str:
+    """nats-server's names, case-insensitive: chacha/chachapoly, aes (default chachapoly)."""
+    value = as_str(node, name).strip().lower()
+    if value in ("chacha", "chachapoly"):
+        return "chachapoly"
+    if value == "aes":
+        return "aes"
+    raise fail(node, f"Unknown cipher type: {node.value!r} (expected one of {', '.join(_CIPHERS)})")
 
 
 def _sync_interval(node: Node, name: str, ctx: Ctx) -> int:
@@ -174,7 +251,7 @@ def build_cluster(node: Node, ctx: Ctx) -> ClusterConfig:
         elif k == "routes":
             f["routes"] = _routes(child, path, ctx)
         elif k == "tls":
-            f["tls"] = build_tls(child, path, ctx)
+            f["tls"] = _route_tls(child, path, ctx)
         elif k in ("cluster_advertise", "advertise"):
             f["advertise"] = as_str(child, path)
         elif k == "no_advertise":
@@ -183,11 +260,24 @@ def build_cluster(node: Node, ctx: Ctx) -> ClusterConfig:
             f["connect_retries"] = as_int(child, path, lo=0)
         elif k == "pool_size":
             f["pool_size"] = as_int(child, path, lo=-1)
+        elif k in _CLUSTER_REFUSED:
+            raise refuse(key, child, _CLUSTER_REFUSED[k])
         elif k in _CLUSTER_UNSUPPORTED:
             ctx.unsupported(key, child)
         else:
             ctx.unknown(key, child, "cluster")
     return ClusterConfig(**f)  # type: ignore[arg-type]
+
+
+def _route_tls(node: Node, name: str, ctx: Ctx) -> TLSConfig:
+    """Routes check their peer's chain against ca_file; they do not map or pin certificates."""
+    tls = build_tls(node, name, ctx)
+    for key, child in as_map(node, name).items():
+        k = key.lower()
+        if (k == "verify_and_map" and tls.verify_and_map) or (k == "pinned_certs" and
+                                                              tls.pinned_certs):
+            raise refuse(key, child, "for routes")
+    return tls
 
 
 def _port(node: Node, name: str) -> int:
@@ -204,7 +294,12 @@ def _cluster_auth(node: Node, name: str, ctx: Ctx, f: dict[str, object]) -> None
     if auth.token:
         raise fail(node, "cluster authorization does not support tokens")
     if auth.default_permissions is not None:
-        ctx.warn(node.pos, "permissions in cluster authorization are not supported; ignored")
+        perms = next(
+            (v for k, v in as_map(node, name).items()
+             if k.lower() in ("default_permission", "default_permissions", "permissions")),
+            node,
+        )
+        raise refuse("permissions", perms, "route permissions")
     f["user"], f["password"], f["auth_timeout_s"] = auth.user, auth.password, auth.timeout_s
 
 

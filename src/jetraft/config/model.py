@@ -71,12 +71,24 @@ class Permissions:
 @dataclass(frozen=True, slots=True)
 class UserConfig:
     """A user. ``password`` is plain text or a bcrypt hash ("$2a$..."). ``account`` is
-    "" for users of the ``authorization`` block (global account $G)."""
+    "" for users of the ``authorization`` block (global account $G).
+
+    An nkey user has ``nkey`` (a public user nkey, "U...") and no name or password: it proves
+    itself by signing the server's nonce. ``connection_types`` empty allows every kind of
+    connection; otherwise the upper-case nats-server names (STANDARD, WEBSOCKET, ...).
+    """
 
     user: str
     password: str = ""
     permissions: Permissions | None = None
     account: str = ""
+    nkey: str = ""
+    connection_types: tuple[str, ...] = ()
+
+    @property
+    def identity(self) -> str:
+        """The name CONNECT refers to: the nkey for nkey users, else the user name."""
+        return self.nkey or self.user
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +134,23 @@ class AccountConfig:
 
 @dataclass(frozen=True, slots=True)
 class TLSConfig:
+    """A ``tls {}`` block.
+
+    ``verify_and_map`` (implies ``verify``): the client certificate names the user (its
+    subject DN, or a SAN email, DNS name or URI, as nats-server). ``pinned_certs``: lower-case
+    hex SHA-256 of the DER SubjectPublicKeyInfo of the peer certificates allowed; empty allows
+    any certificate the CA accepts. ``min_version`` "1.2" or "1.3".
+    """
+
     cert_file: str = ""
     key_file: str = ""
     ca_file: str = ""
     verify: bool = False
     timeout_s: float = DEFAULT_TLS_TIMEOUT_S
     handshake_first: bool = False
+    verify_and_map: bool = False
+    pinned_certs: tuple[str, ...] = ()
+    min_version: str = "1.2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +161,10 @@ class JetStreamConfig:
     fsync before every acknowledgement; a positive interval is the explicit, lazy
     opt-in whose loss window is that interval. nats-server stores data under
     ``<store_dir>/jetstream``; the server decides the layout below store_dir.
+
+    Encryption at rest: ``encryption_key`` (the secret the stores derive their keys from; ""
+    means stored in clear), ``cipher`` "chachapoly" (nats-server's default) or "aes", and
+    ``prev_encryption_key`` for re-keying. See ``build_sections.JETSTREAM_ENCRYPTION_IMPLEMENTED``.
     """
 
     store_dir: str = field(default_factory=default_store_dir)
@@ -151,6 +178,26 @@ class JetStreamConfig:
     max_buffered_size: int = 0
     max_outstanding_catchup: int = 0
     request_queue_limit: int = 0
+    encryption_key: str = field(default="", repr=False)
+    cipher: str = "chachapoly"
+    prev_encryption_key: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorConfig:
+    """Operator mode: clients authenticate with user JWTs signed by a trusted account.
+
+    ``operators`` are the operator JWTs (checked), ``trusted_keys`` the operator identity
+    and signing keys allowed to sign account JWTs, ``accounts`` the MEMORY resolver's
+    preloaded (account public key, account JWT) pairs (signatures checked, trust decided at
+    authentication), ``pinned_accounts`` (when not empty) the only accounts users may belong
+    to.
+    """
+
+    operators: tuple[str, ...] = ()
+    trusted_keys: tuple[str, ...] = ()
+    accounts: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    pinned_accounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,7 +228,9 @@ class ServerConfig:
     ``no_system_account`` is true. ``warnings`` are ``file:line:col: text`` lines
     (unknown or unsupported fields, deprecated forms); ``raw`` is the untyped tree.
     ``jetstream_settings`` keeps a disabled ``jetstream {}`` block's settings so that
-    ``-js`` can enable it with them.
+    ``-js`` can enable it with them. In operator mode ``accounts`` holds the preloaded
+    accounts whose JWT enables JetStream (named by public key, with the JWT's limits) and
+    ``system_account`` the operator's system account ("" when none).
     """
 
     server_name: str = ""
@@ -220,6 +269,7 @@ class ServerConfig:
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig | None = None
     cluster: ClusterConfig | None = None
+    operator: OperatorConfig | None = None
     config_file: str = ""
     warnings: tuple[str, ...] = field(default=(), compare=False)
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)

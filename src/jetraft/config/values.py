@@ -48,11 +48,26 @@ class Ctx:
             self.warn(node.key_pos or node.pos, f"unknown field {key!r}{suffix}")
 
     def unsupported(self, key: str, node: Node) -> None:
+        """A key jetraft ignores because ignoring it never lowers protection."""
         if not node.used:
             self.warn(
                 node.key_pos or node.pos,
                 f"field {key!r} is not supported by jetraft and is ignored",
             )
+
+
+def refuse(key: str, node: Node, what: str = "") -> ConfigError:
+    """A security-relevant key jetraft cannot honour: the server must not start without it.
+
+    Running on would give less protection than the config asks for (a listener without its
+    auth, data in clear, a certificate check skipped), so this is an error, never a warning.
+    """
+    detail = f" ({what})" if what else ""
+    return ConfigError(
+        f"{key!r} is not supported by jetraft{detail}; refusing to start rather than "
+        "run with less protection than configured",
+        node.key_pos or node.pos,
+    )
 
 
 def describe(node: Node) -> str:

@@ -7,11 +7,17 @@ Answers are the stored message with ``Nats-Stream``, ``Nats-Subject``, ``Nats-Se
 ``Nats-Time-Stamp`` headers added, batch forms end with a ``204 EOB`` status; problems are
 bare statuses (404 Message Not Found, 408 Empty/Malformed/Bad Request). A stream without
 direct get has no responder at all, so the requester sees 503.
+
+Batch answers are bounded as nats-server bounds them: ``batch`` messages, stopping once
+``max_bytes`` (default: the server's ``max_pending``) have been sent, and at most 1024
+subjects for ``multi_last`` (413 Too Many Results). They are also lazy: an iterator that
+loads each message only when the sender asks for it, so that one request never builds its
+whole answer in memory and the server can send it a slice per event-loop turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, Protocol
 
 import msgspec
@@ -22,8 +28,12 @@ from jetraft.jetstream.store.types import StoredMsg
 from jetraft.jetstream.stream import Stream
 from jetraft.protocol.headers import encode_headers, parse_headers
 
+# The byte bound of a batch when the request has no max_bytes: nats-server uses its
+# max_pending (64 MiB by default); the server passes its own through ``max_pending``.
 MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
 MAX_MULTI_RESULTS = 1024
+# What the sender writes per event-loop turn before yielding to other work.
+DIRECT_SLICE_BYTES = 256 * 1024
 
 
 # Go's uint64 fields: a negative number is a decode error there.
@@ -66,6 +76,20 @@ class StreamsContext(Protocol):
     def streams(self) -> Mapping[str, Stream]: ...
 
 
+class DirectGetContext(StreamsContext, Protocol):
+    @property
+    def max_pending(self) -> int:
+        """The server's max_pending: the byte bound of a batch without max_bytes."""
+        ...
+
+
+def _byte_limit(ctx: DirectGetContext, req: MsgGetRequest) -> int:
+    """nats-server: the request's max_bytes, else the server's max_pending."""
+    if req.max_bytes > 0:
+        return req.max_bytes
+    return ctx.max_pending if ctx.max_pending > 0 else MAX_DIRECT_BATCH_BYTES
+
+
 def _direct_stream(ctx: StreamsContext, name: str) -> Stream | None:
     stream = ctx.streams.get(name)
     if stream is None or not stream.config.allow_direct:
@@ -73,7 +97,7 @@ def _direct_stream(ctx: StreamsContext, name: str) -> Stream | None:
     return stream
 
 
-def handle_direct_get(ctx: StreamsContext, subject: str, reply: str, data: bytes) -> Any:
+def handle_direct_get(ctx: DirectGetContext, subject: str, reply: str, data: bytes) -> Any:
     """``DIRECT.GET.<stream>`` with a JSON body. Answers are raw messages, not JSON; a stream
     without direct get has no responder at all (the requester sees 503)."""
     stream = _direct_stream(ctx, _stream_token(subject))
@@ -108,7 +132,7 @@ def handle_direct_get(ctx: StreamsContext, subject: str, reply: str, data: bytes
         or (req.up_to_seq > 0 and up_to_ns is not None)
     ):
         return _status(408, "Bad Request")
-    return direct_answer(stream, req, start_ns, up_to_ns)
+    return direct_answer(stream, req, start_ns, up_to_ns, _byte_limit(ctx, req))
 
 
 def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: bytes) -> Any:
@@ -176,12 +200,13 @@ def _direct_headers(
 
 
 def direct_answer(
-    stream: Stream, req: MsgGetRequest, start_ns: int | None, up_to_ns: int | None
-) -> RawReply | list[RawReply]:
-    """One message, or for batch / multi_last forms a list ending with a 204 EOB status."""
+    stream: Stream, req: MsgGetRequest, start_ns: int | None, up_to_ns: int | None,
+    limit_bytes: int = MAX_DIRECT_BATCH_BYTES,
+) -> RawReply | Iterator[RawReply]:
+    """One message, or for batch / multi_last forms a lazy sequence ending with 204 EOB."""
     store = stream.store
     if req.multi_last:
-        return _direct_multi(stream, req, up_to_ns)
+        return _direct_multi(stream, req, up_to_ns, limit_bytes)
     seq = store.seq_for_time(start_ns) if start_ns is not None else req.seq
     if req.batch <= 0:
         msg = load_one(stream, req, start_ns)
@@ -189,35 +214,36 @@ def direct_answer(
             return _status(404, "Message Not Found")
         hdr = None if req.no_hdr else _direct_headers(stream, msg)
         return RawReply(hdr, msg.data)
-    pending = store.num_pending(max(seq, 1), req.next_by_subj or None)
-    out: list[RawReply] = []
     cursor = max(seq, 1)
-    sent_bytes = 0
-    last = 0
-    limit_bytes = req.max_bytes or MAX_DIRECT_BATCH_BYTES
-    for _ in range(req.batch):
-        msg = store.load_next(cursor, req.next_by_subj or None)
-        if msg is None:
-            break
-        cursor = msg.seq + 1
+    first = store.load_next(cursor, req.next_by_subj or None)
+    if first is None:
+        return _status(404, "Message Not Found")
+    pending = store.num_pending(cursor, req.next_by_subj or None)
+    return _direct_batch(stream, req, first, pending, limit_bytes)
+
+
+def _direct_batch(
+    stream: Stream, req: MsgGetRequest, msg: StoredMsg | None, pending: int, limit_bytes: int
+) -> Iterator[RawReply]:
+    store = stream.store
+    sent = sent_bytes = last = 0
+    while msg is not None:
         pending = max(pending - 1, 0)
         extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
         hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
-        out.append(RawReply(hdr, msg.data))
-        last = msg.seq
+        yield RawReply(hdr, msg.data)
+        last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
-        if sent_bytes >= limit_bytes:
+        if sent >= req.batch or sent_bytes >= limit_bytes:
             break
-    if not out:
-        return _status(404, "Message Not Found")
+        msg = store.load_next(msg.seq + 1, req.next_by_subj or None)
     eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
-    out.append(RawReply(encode_headers(eob, status=204, description="EOB"), b""))
-    return out
+    yield RawReply(encode_headers(eob, status=204, description="EOB"), b"")
 
 
 def _direct_multi(
-    stream: Stream, req: MsgGetRequest, up_to_ns: int | None
-) -> RawReply | list[RawReply]:
+    stream: Stream, req: MsgGetRequest, up_to_ns: int | None, limit_bytes: int
+) -> RawReply | Iterator[RawReply]:
     """The last message of every subject matching ``multi_last``, as of ``up_to_seq`` (or
     ``up_to_time``) and not below ``seq``, oldest first; ``Nats-Num-Pending`` counts what is
     left of the whole answer, also when ``batch`` or ``max_bytes`` cut it short."""
@@ -236,35 +262,37 @@ def _direct_multi(
         msg = store.load_prev(up_to, subject)
         if msg is not None and msg.seq >= req.seq:
             seqs.append(msg.seq)
-    if len(seqs) > MAX_MULTI_RESULTS:
-        return _status(413, "Too Many Results")
+            if len(seqs) > MAX_MULTI_RESULTS:
+                return _status(413, "Too Many Results")
     if not seqs:
         return _status(404, "No Results")
     seqs.sort()
-    out: list[RawReply] = []
-    last = 0
+    return _multi_replies(stream, req, seqs, up_to, limit_bytes)
+
+
+def _multi_replies(
+    stream: Stream, req: MsgGetRequest, seqs: list[int], up_to: int, limit_bytes: int
+) -> Iterator[RawReply]:
+    last = sent = sent_bytes = 0
     pending = len(seqs)
-    sent_bytes = 0
-    limit_bytes = req.max_bytes or MAX_DIRECT_BATCH_BYTES
     for seq in seqs:
-        msg = store.load(seq)
+        msg = stream.store.load(seq)
         if msg is None:
             continue
         pending -= 1
         extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
         hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
-        out.append(RawReply(hdr, msg.data))
-        last = msg.seq
+        yield RawReply(hdr, msg.data)
+        last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
-        if sent_bytes >= limit_bytes or (req.batch > 0 and len(out) >= req.batch):
+        if sent_bytes >= limit_bytes or (req.batch > 0 and sent >= req.batch):
             break
     eob = (
         ("Nats-Num-Pending", str(pending)),
         ("Nats-Last-Sequence", str(last)),
         ("Nats-UpTo-Sequence", str(up_to)),
     )
-    out.append(RawReply(encode_headers(eob, status=204, description="EOB"), b""))
-    return out
+    yield RawReply(encode_headers(eob, status=204, description="EOB"), b"")
 
 
 def _stream_token(subject: str) -> str:

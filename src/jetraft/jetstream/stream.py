@@ -570,6 +570,16 @@ class Stream:
 
     # --- recovery --------------------------------------------------------------------------
 
+    def reload(self, config: StreamConfig) -> None:
+        """The store's content was replaced (a replica installed a snapshot): take the
+        snapshot's config and rebuild what lives beside the store."""
+        self.config = config
+        self.store.update_limits(limits_of(config))
+        self._dedupe.clear()
+        self.last_msg_id = ""
+        self._ttl_heap = []
+        self.recover()
+
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the
         messages stored within it), the last Nats-Msg-Id, and the TTL schedule."""

@@ -239,9 +239,15 @@ def _check_overlap(ctx: StreamApiContext, cfg: StreamConfig) -> None:
                 raise E.subjects_overlap()
 
 
-def _checked_config(
-    ctx: StreamApiContext, subject: str, data: bytes, creating: bool
+class _StrictSetting(Protocol):
+    @property
+    def strict(self) -> bool: ...
+
+
+def checked_config(
+    ctx: _StrictSetting, subject: str, data: bytes, creating: bool
 ) -> StreamConfig:
+    """The normalised config of a CREATE/UPDATE request; raises ApiError."""
     req = decode_request(data, ctx.strict)
     name = _token(subject, 4)
     if req.name != name:
@@ -258,7 +264,7 @@ def _checked_config(
 def handle_create(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_create_response"
     try:
-        cfg = _checked_config(ctx, subject, data, creating=True)
+        cfg = checked_config(ctx, subject, data, creating=True)
         if cfg.num_replicas > 1 and not ctx.clustered:
             raise E.replicas_not_supported()
         existing = ctx.streams.get(cfg.name)
@@ -277,7 +283,7 @@ def handle_create(ctx: StreamApiContext, subject: str, reply: str, data: bytes) 
 def handle_update(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_update_response"
     try:
-        cfg = _checked_config(ctx, subject, data, creating=False)
+        cfg = checked_config(ctx, subject, data, creating=False)
         stream = ctx.streams.get(cfg.name)
         if stream is None:
             raise E.stream_not_found()
@@ -304,19 +310,32 @@ def handle_delete(ctx: StreamApiContext, subject: str, reply: str, data: bytes) 
     return {"type": _t(kind), "success": True}
 
 
-def handle_purge(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
-    kind = "stream_purge_response"
-    try:
-        req = _decode(data, _PurgeRequest, "JSApiStreamPurgeRequest")
-        stream = _lookup(ctx, subject)
-        if req.seq and req.keep:
-            raise E.bad_request()
-        result = ctx.propose(stream, Purge(req.filter, req.seq, req.keep))
-        _raise_if_failed(result)
-    except ApiError as exc:
-        return _err(kind, exc, purged=0)
+PURGE_KIND = "stream_purge_response"
+MSG_DELETE_KIND = "stream_msg_delete_response"
+
+
+def purge_request(ctx: StreamApiContext, subject: str, data: bytes) -> tuple[Stream, Purge]:
+    """The stream and the entry a PURGE request asks for; raises ApiError."""
+    req = _decode(data, _PurgeRequest, "JSApiStreamPurgeRequest")
+    stream = _lookup(ctx, subject)
+    if req.seq and req.keep:
+        raise E.bad_request()
+    return stream, Purge(req.filter, req.seq, req.keep)
+
+
+def purge_response(result: Result) -> dict[str, Any]:
+    if result.error is not None:
+        return _err(PURGE_KIND, result.error, purged=0)
     assert isinstance(result, OpResult)
-    return {"type": _t(kind), "success": True, "purged": result.count}
+    return {"type": _t(PURGE_KIND), "success": True, "purged": result.count}
+
+
+def handle_purge(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
+    try:
+        stream, entry = purge_request(ctx, subject, data)
+    except ApiError as exc:
+        return _err(PURGE_KIND, exc, purged=0)
+    return purge_response(ctx.propose(stream, entry))
 
 
 def _raise_if_failed(result: Result) -> None:
@@ -327,16 +346,23 @@ def _raise_if_failed(result: Result) -> None:
 # --- names / list --------------------------------------------------------------------------
 
 
-def _matching_names(ctx: StreamApiContext, data: bytes, go_name: str) -> tuple[list[str], int]:
+def filtered_names(
+    data: bytes, configs: Mapping[str, StreamConfig], go_name: str
+) -> tuple[list[str], int]:
+    """Sorted names of the streams a NAMES/LIST request asks for, and its offset (clamped);
+    a ``subject`` filter keeps the streams whose subjects overlap it."""
     req = _decode(data, _NamesRequest, go_name)
-    names = sorted(ctx.streams)
+    names = sorted(configs)
     if req.subject:
         names = [
-            n
-            for n in names
-            if any(filters_overlap(req.subject, s) for s in ctx.streams[n].config.subjects)
+            n for n in names if any(filters_overlap(req.subject, s) for s in configs[n].subjects)
         ]
-    return names, max(req.offset, 0)
+    return names, min(max(req.offset, 0), len(names))
+
+
+def _matching_names(ctx: StreamApiContext, data: bytes, go_name: str) -> tuple[list[str], int]:
+    configs = {name: stream.config for name, stream in ctx.streams.items()}
+    return filtered_names(data, configs, go_name)
 
 
 def handle_names(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
@@ -418,17 +444,28 @@ def handle_msg_get(ctx: StreamApiContext, subject: str, reply: str, data: bytes)
     return {"type": _t(kind), "message": message}
 
 
+def msg_delete_request(
+    ctx: StreamApiContext, subject: str, data: bytes
+) -> tuple[Stream, DeleteMsg]:
+    """The stream and the entry a MSG.DELETE request asks for; raises ApiError."""
+    if is_empty_request(data):
+        raise E.bad_request()
+    req = _decode(data, _MsgDeleteRequest, "JSApiMsgDeleteRequest")
+    return _lookup(ctx, subject), DeleteMsg(req.seq, req.no_erase)
+
+
+def msg_delete_response(result: Result) -> dict[str, Any]:
+    if result.error is not None:
+        return _err(MSG_DELETE_KIND, result.error)
+    return {"type": _t(MSG_DELETE_KIND), "success": True}
+
+
 def handle_msg_delete(ctx: StreamApiContext, subject: str, reply: str, data: bytes) -> Any:
-    kind = "stream_msg_delete_response"
     try:
-        if is_empty_request(data):
-            raise E.bad_request()
-        req = _decode(data, _MsgDeleteRequest, "JSApiMsgDeleteRequest")
-        stream = _lookup(ctx, subject)
-        _raise_if_failed(ctx.propose(stream, DeleteMsg(req.seq, req.no_erase)))
+        stream, entry = msg_delete_request(ctx, subject, data)
     except ApiError as exc:
-        return _err(kind, exc)
-    return {"type": _t(kind), "success": True}
+        return _err(MSG_DELETE_KIND, exc)
+    return msg_delete_response(ctx.propose(stream, entry))
 
 
 # --- account info and clustering-only requests ----------------------------------------------

@@ -26,7 +26,7 @@ ahead of its own.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from . import replication
 from .log import RaftLog
@@ -36,7 +36,6 @@ from .membership import (
     MembershipError,
     apply_change,
     encode_membership,
-    quorum,
 )
 from .messages import (
     AppendEntries,
@@ -45,6 +44,7 @@ from .messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
@@ -77,11 +77,15 @@ class RaftCore:
         snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
         corrupt: bool = False,
+        bootstrap_size: int = 0,
     ) -> None:
         """`peers` (voters, including this node) and `learners` are the bootstrap
         configuration, used until a snapshot or a CONFIG entry says otherwise. A node
         joining an existing group starts with none and learns its group from the leader.
-        `hard_state`, `snapshot` and `entries` are what the durable log recovered."""
+        `hard_state`, `snapshot` and `entries` are what the durable log recovered.
+
+        `bootstrap_size` > 0 with no voters known: the group's members are not known in
+        advance, only how many servers it is meant for (see `in_bootstrap`)."""
         hs = hard_state or HardState()
         self.id = node_id
         self.cfg = config
@@ -103,6 +107,8 @@ class RaftCore:
             self.term, self.vote = self.repair_term + 1, ""
             self.log.committed = self.log.applied = self.log.offset
         self._corrupt_reported = corrupt  # the driver still holds a corruption marker
+        self.bootstrap_size = bootstrap_size
+        self.bootstrap_peers: tuple[str, ...] = ()
         self.ticks = 0  # ticks since start, for "last heard" reporting
         self.msgs: list[Message] = []
         self.prs: dict[str, Progress] = {}
@@ -115,6 +121,15 @@ class RaftCore:
         self._prev_hs = recovered_hs
         self._prev_ss = SoftState(self.lead, self.role, self.term)
         self._outstanding: Ready | None = None
+        # Snapshots. snapshot_source() -> (index, data) gives the state machine's state at
+        # an applied index, for followers, when the log's own snapshot is an external
+        # marker (the state machine keeps its state durably itself); the result is kept
+        # while the log still continues it.
+        self.snapshot_source: Callable[[], tuple[int, bytes]] | None = None
+        self._send_snap: Snapshot | None = None
+        # Follower: chunks of one snapshot series collected so far, keyed by
+        # (leader term, snapshot index, snapshot term).
+        self.snap_buf: tuple[tuple[int, int, int], bytearray] | None = None
 
     # ------------------------------------------------------------------ queries
     @property
@@ -134,7 +149,30 @@ class RaftCore:
         return self.log.applied
 
     def promotable(self) -> bool:
-        return self.id in self.membership.voters and not self.corrupt
+        if self.corrupt:
+            return False
+        return self.id in self.membership.voters or self.in_bootstrap
+
+    @property
+    def in_bootstrap(self) -> bool:
+        """No configuration yet, only the size the group is meant for: a candidate that
+        wins the votes of a majority of that size among the peers it knows becomes the
+        first leader, and its first entry makes itself and those voters the group,
+        with that size kept in the configuration. Votes go only to candidates whose log
+        is at least as complete, so once a majority of the size holds the configuration,
+        no second group can form among the servers that do not."""
+        return self.bootstrap_size > 0 and not self.membership.voters
+
+    def set_bootstrap_peers(self, peers: Sequence[str]) -> None:
+        """The servers a bootstrapping node may ask for votes (the driver learns them)."""
+        self.bootstrap_peers = tuple(sorted(p for p in set(peers) if p != self.id))
+
+    def _electorate(self) -> tuple[tuple[str, ...], int]:
+        """Who may vote in an election of ours, and how many yes votes win it."""
+        if self.in_bootstrap:
+            return (self.id, *self.bootstrap_peers), self.bootstrap_size // 2 + 1
+        m = self.membership
+        return m.voters, m.quorum()
 
     def status(self) -> Status:
         peers: list[PeerStatus] = []
@@ -143,8 +181,10 @@ class RaftCore:
                 ago = None if pr.last_heard_tick < 0 else self.ticks - pr.last_heard_tick
                 if pid == self.id:
                     ago = 0
+                lag = max(0, self.log.committed - pr.match)
+                voter = pid in self.membership.voters
                 peers.append(
-                    PeerStatus(pid, not pr.learner, pr.match, pr.next, pr.state.value, ago)
+                    PeerStatus(pid, voter, pr.match, pr.next, pr.state.value, ago, lag)
                 )
         return Status(
             self.id, self.term, self.role, self.lead, self.log.committed, self.log.applied,
@@ -190,9 +230,14 @@ class RaftCore:
         self.role = Role.CANDIDATE
 
     def _become_leader(self) -> None:
+        founders = [v for v, yes in self._votes.items() if yes] if self.in_bootstrap else []
         self._reset(self.term)
         self.role = Role.LEADER
         self.lead = self.id
+        if founders:
+            # The group's first configuration: us and everyone who voted for us.
+            first = Membership(tuple(sorted(set(founders) | {self.id})), (), self.bootstrap_size)
+            self._append(EntryKind.CONFIG, encode_membership(first))
         self._sync_progress()
         # A no-op of our term: committing it commits everything before (Figure 8).
         self._append(EntryKind.NOOP, b"")
@@ -201,9 +246,14 @@ class RaftCore:
         """Make self.prs follow the configuration in force (leader only)."""
         m = self.membership
         want = {v: False for v in m.voters} | {lid: True for lid in m.learners}
-        for pid in list(self.prs):
+        for pid, old in list(self.prs.items()):
             if pid not in want:
-                del self.prs[pid]
+                # Removed: keep sending it the log for a while, so that it learns of its
+                # removal and stops (it counts for nothing: it is in no configuration).
+                if pid == self.id:
+                    del self.prs[pid]
+                elif old.leaving_ticks < 0:
+                    old.leaving_ticks = 0
         for pid, learner in want.items():
             pr = self.prs.get(pid)
             if pr is None:
@@ -212,6 +262,7 @@ class RaftCore:
                     pr.match = self.log.last_index
                     pr.become_replicate()
             pr.learner = learner
+            pr.leaving_ticks = -1
         if self.transferee and self.transferee not in m.voters:
             self.transferee = ""
 
@@ -237,17 +288,24 @@ class RaftCore:
                 return
             self.transferee = ""  # a transfer that did not finish in an election period
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
-        for pid, pr in self.prs.items():
+        removal_done = self.log.committed >= self.log.last_config_index()
+        for pid, pr in list(self.prs.items()):
+            if pr.leaving_ticks >= 0 and removal_done:
+                pr.leaving_ticks += 1
+                if pr.leaving_ticks >= 2 * self.cfg.election_ticks:
+                    del self.prs[pid]
+                    continue
             if pr.state is ProgressState.SNAPSHOT:
                 pr.snapshot_wait_ticks += 1
                 if pr.snapshot_wait_ticks >= retry:
-                    pr.become_probe()
-                    replication.send_append(self, pid)
+                    # A chunk or its answer was lost: send it again. The answer also tells
+                    # us if the follower has installed the snapshot in the meantime.
+                    replication.send_snapshot_chunk(self, pid, pr)
         if self._hb_elapsed >= self.cfg.heartbeat_ticks:
             self._hb_elapsed = 0
             for pid, pr in self.prs.items():
                 if pid != self.id:
-                    commit = min(pr.match, self.log.committed)
+                    commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit))
 
     def _quorum_active(self) -> bool:
@@ -258,7 +316,7 @@ class RaftCore:
                 active += pid in voters
             if pid != self.id:
                 pr.recent_active = False
-        return active >= quorum(len(voters))
+        return active >= self.membership.quorum()
 
     def campaign(self, *, transfer: bool = False) -> None:
         """Start an election now (pre-vote first unless this is a transfer)."""
@@ -275,7 +333,7 @@ class RaftCore:
             term = self.term
         if self._poll(self.id, True):
             return
-        for v in self.membership.voters:
+        for v in self._electorate()[0]:
             if v != self.id:
                 self.msgs.append(
                     VoteRequest(term, self.id, v, self.log.last_index, self.log.last_term,
@@ -285,10 +343,9 @@ class RaftCore:
     def _poll(self, frm: str, granted: bool) -> bool:
         """Count a vote; act on the outcome. True if the election is decided."""
         self._votes.setdefault(frm, granted)
-        voters = self.membership.voters
+        voters, q = self._electorate()
         yes = sum(1 for v in voters if self._votes.get(v) is True)
         no = sum(1 for v in voters if self._votes.get(v) is False)
-        q = quorum(len(voters))
         if yes >= q:
             if self.role is Role.PRE_CANDIDATE:
                 self._run_election(pre=False, transfer=False)
@@ -301,6 +358,15 @@ class RaftCore:
         return False
 
     def step(self, m: Message) -> None:
+        if (
+            isinstance(m, VoteRequest)
+            and m.frm not in self.membership.voters
+            and not self.in_bootstrap
+        ):
+            # Only voters of our configuration may ask for votes: a removed replica that
+            # has not heard of its removal must not disrupt the group (not answering is
+            # always safe). Before any configuration exists, anyone may (see in_bootstrap).
+            return
         if m.term > self.term:
             if isinstance(m, VoteRequest):
                 in_lease = (
@@ -343,6 +409,9 @@ class RaftCore:
         elif isinstance(m, HeartbeatResponse):
             if self.role is Role.LEADER:
                 replication.handle_heartbeat_response(self, m)
+        elif isinstance(m, SnapshotResponse):
+            if self.role is Role.LEADER:
+                replication.handle_snapshot_response(self, m)
         elif isinstance(m, VoteRequest):
             self._handle_vote_request(m)
         elif isinstance(m, VoteResponse):
@@ -452,18 +521,42 @@ class RaftCore:
         return to
 
     # ------------------------------------------------------------------ snapshots
-    def create_snapshot(self, index: int, data: bytes) -> Snapshot:
-        """Wrap the state machine's snapshot taken at `index` (<= applied)."""
+    def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:
+        """Wrap the state machine's snapshot taken at `index` (<= applied); `external`
+        makes a marker without data (the state machine holds that state durably)."""
         if index > self.log.applied or index < self.log.offset:
             raise RaftError(f"snapshot index {index} outside [{self.log.offset}, applied]")
         term = self.log.term(index)
         assert term is not None
-        return Snapshot(SnapshotMeta(index, term, self.log.membership_at(index)), data)
+        meta = SnapshotMeta(index, term, self.log.membership_at(index))
+        return Snapshot(meta, b"" if external else data, external)
 
     def compact(self, snapshot: Snapshot, compact_to: int) -> None:
         """`snapshot` is durable: keep it for lagging followers and drop the entries up
         to compact_to (entries after it stay, so followers a little behind need none)."""
         self.log.compact(snapshot, compact_to)
+        if self._send_snap is not None and self._send_snap.meta.index < self.log.offset:
+            self._send_snap = None
+
+    def sendable_snapshot(self) -> Snapshot | None:
+        """The snapshot to send a follower that needs compacted entries: the log's own,
+        or, when that is an external marker, the state machine's current state (from
+        snapshot_source). None if there is none to send now."""
+        log = self.log
+        snap = log.snapshot
+        if snap is None or not snap.external:
+            return snap
+        cached = self._send_snap
+        if cached is not None and cached.meta.index >= log.offset:
+            return cached
+        if self.snapshot_source is None:
+            return None
+        index, data = self.snapshot_source()
+        term = log.term(index)
+        if term is None or index > log.committed:
+            return None
+        self._send_snap = Snapshot(SnapshotMeta(index, term, log.membership_at(index)), data)
+        return self._send_snap
 
     # ------------------------------------------------------------------ outputs
     def _flush(self) -> None:

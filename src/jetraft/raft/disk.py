@@ -355,6 +355,7 @@ class MemDisk:
         self._meta: builtins.list[_MetaOp] = []  # directory changes not yet durable
         self._generation = 0
         self._armed: int | None = None
+        self._armed_error: tuple[int, OSError] | None = None
         self._dead = False
         self.fsyncs = 0
         self.dir_syncs = 0
@@ -369,12 +370,26 @@ class MemDisk:
             raise ValueError("after_ops must be >= 0")
         self._armed = after_ops
 
+    def arm_error(self, after_ops: int, error: OSError) -> None:
+        """Let ``after_ops`` more mutating calls through, then fail the next one with
+        ``error`` (EIO, ENOSPC...) without doing it; later calls work again."""
+        if after_ops < 0:
+            raise ValueError("after_ops must be >= 0")
+        self._armed_error = (after_ops, error)
+
     def disarm(self) -> None:
         self._armed = None
+        self._armed_error = None
 
     def _tick(self) -> None:
         if self._dead:
             raise SimulatedCrash("the disk crashed; call crash() before using it again")
+        if self._armed_error is not None:
+            left, error = self._armed_error
+            if left == 0:
+                self._armed_error = None
+                raise error
+            self._armed_error = (left - 1, error)
         if self._armed is not None:
             if self._armed == 0:
                 self._dead = True

@@ -221,7 +221,7 @@ class RaftLog:
         """The state machine saved `snapshot` durably; drop entries up to compact_to."""
         if snapshot.meta.index > self.applied:
             raise LogSafetyError("snapshot beyond the applied index")
-        if self.snapshot is None or snapshot.meta.index > self.snapshot.meta.index:
+        if self.snapshot is None or snapshot.meta.index >= self.snapshot.meta.index:
             self.snapshot = snapshot
         compact_to = min(compact_to, snapshot.meta.index, self.stable)
         if compact_to <= self.offset:

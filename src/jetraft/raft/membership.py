@@ -33,14 +33,15 @@ class MembershipError(ValueError):
     """A change that is not allowed in the current configuration."""
 
 
-def quorum(voters: int) -> int:
-    return voters // 2 + 1
+def quorum(voters: int, size: int = 0) -> int:
+    return max(voters, size) // 2 + 1
 
 
 def apply_change(current: Membership, change: MembershipChange) -> Membership:
     """The configuration after `change`; raises MembershipError if it does not apply."""
     node = change.node
     voters, learners = list(current.voters), list(current.learners)
+    size = current.size
     if not node:
         raise MembershipError("empty node id")
     if change.kind is ChangeKind.ADD_LEARNER:
@@ -57,20 +58,30 @@ def apply_change(current: Membership, change: MembershipChange) -> Membership:
             if len(voters) == 1:
                 raise MembershipError("cannot remove the last voter")
             voters.remove(node)
+            # A server leaving for good shrinks the cluster it was counted in.
+            size = min(size, len(voters))
         elif node in learners:
             learners.remove(node)
         else:
             raise MembershipError(f"{node} is not a member")
-    return Membership(tuple(sorted(voters)), tuple(sorted(learners)))
+    return Membership(tuple(sorted(voters)), tuple(sorted(learners)), size)
 
 
 _encoder = msgspec.msgpack.Encoder()
 
 
 def encode_membership(m: Membership) -> bytes:
-    return _encoder.encode((list(m.voters), list(m.learners)))
+    if not m.size:
+        return _encoder.encode((list(m.voters), list(m.learners)))
+    return _encoder.encode((list(m.voters), list(m.learners), m.size))
 
 
 def decode_membership(data: bytes) -> Membership:
-    voters, learners = msgspec.msgpack.decode(data, type=tuple[list[str], list[str]])
-    return Membership(tuple(voters), tuple(learners))
+    raw = msgspec.msgpack.decode(data, type=list[list[str] | int])
+    if len(raw) not in (2, 3) or not all(isinstance(x, list) for x in raw[:2]):
+        raise msgspec.ValidationError("a membership is [voters, learners(, size)]")
+    voters, learners = raw[0], raw[1]
+    size = raw[2] if len(raw) == 3 else 0
+    if not isinstance(voters, list) or not isinstance(learners, list) or not isinstance(size, int):
+        raise msgspec.ValidationError("a membership is [voters, learners(, size)]")
+    return Membership(tuple(voters), tuple(learners), size)

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-from .types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from .types import Entry, EntryKind, Membership, SnapshotMeta
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,10 +92,29 @@ class HeartbeatResponse:
 
 @dataclass(frozen=True, slots=True)
 class InstallSnapshot:
+    """One chunk of the leader's snapshot at meta.index: bytes [offset, offset + len(data))
+    of its data; `done` marks the last one. The follower answers each chunk but the last
+    with a SnapshotResponse, and the last (once installed) with an AppendResponse."""
+
     term: int
     frm: str
     to: str
-    snapshot: Snapshot
+    meta: SnapshotMeta
+    offset: int
+    data: bytes
+    done: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotResponse:
+    """The follower holds the first `offset` bytes of the snapshot at `index` (0 if it
+    holds none of it, e.g. after a restart): the leader continues, or starts again, there."""
+
+    term: int
+    frm: str
+    to: str
+    index: int
+    offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +134,7 @@ Message = (
     | Heartbeat
     | HeartbeatResponse
     | InstallSnapshot
+    | SnapshotResponse
     | TimeoutNow
 )
 
@@ -124,14 +144,14 @@ def message_bytes(msg: Message) -> int:
     if isinstance(msg, AppendEntries):
         return 64 + sum(len(e.data) + 24 for e in msg.entries)
     if isinstance(msg, InstallSnapshot):
-        return 64 + len(msg.snapshot.data)
+        return 64 + len(msg.data)
     return 48
 
 
 # ---------------------------------------------------------------------------- codec
 # Layout: [code, term, frm, to, *fields]. Entries are [term, index, kind, data].
 
-_VOTE_REQ, _VOTE_RESP, _APP, _APP_RESP, _HB, _HB_RESP, _SNAP, _TIMEOUT = range(8)
+_VOTE_REQ, _VOTE_RESP, _APP, _APP_RESP, _HB, _HB_RESP, _SNAP, _TIMEOUT, _SNAP_RESP = range(9)
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -159,7 +179,7 @@ def _fields(msg: Message) -> tuple[Any, ...]:
     if isinstance(msg, VoteResponse):
         return (_VOTE_RESP, msg.granted, msg.pre_vote)
     if isinstance(msg, InstallSnapshot):
-        meta = msg.snapshot.meta
+        meta = msg.meta
         mem = meta.membership
         return (
             _SNAP,
@@ -167,8 +187,13 @@ def _fields(msg: Message) -> tuple[Any, ...]:
             meta.term,
             list(mem.voters),
             list(mem.learners),
-            msg.snapshot.data,
+            msg.offset,
+            msg.done,
+            msg.data,
+            mem.size,
         )
+    if isinstance(msg, SnapshotResponse):
+        return (_SNAP_RESP, msg.index, msg.offset)
     return (_TIMEOUT,)
 
 
@@ -210,9 +235,13 @@ def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
         granted, pre_vote = rest
         return VoteResponse(term, frm, to, granted, pre_vote)
     if code == _SNAP:
-        index, sterm, voters, learners, sdata = rest
-        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners)))
-        return InstallSnapshot(term, frm, to, Snapshot(meta, bytes(sdata)))
+        index, sterm, voters, learners, offset, done, sdata, *more = rest
+        size = int(more[0]) if more else 0
+        meta = SnapshotMeta(index, sterm, Membership(tuple(voters), tuple(learners), size))
+        return InstallSnapshot(term, frm, to, meta, offset, bytes(sdata), bool(done))
+    if code == _SNAP_RESP:
+        index, offset = rest
+        return SnapshotResponse(term, frm, to, index, offset)
     if code == _TIMEOUT:
         return TimeoutNow(term, frm, to)
     raise DecodeError(f"unknown raft message code {code}")

@@ -5,14 +5,17 @@ A follower is in one of three states (as in etcd's raft):
   off on each rejection until one is accepted;
 - REPLICATE: the logs match up to `match`; AppendEntries are pipelined optimistically
   (`next` moves ahead when sent) up to `max_inflight` messages not yet acknowledged;
-- SNAPSHOT: the entries it needs are compacted away; an InstallSnapshot is in flight and
-  nothing else is sent until it is answered (or times out and we probe again).
+- SNAPSHOT: the entries it needs are compacted away; the snapshot `snap` travels in
+  chunks, one in flight at a time (`snap_offset` bytes acknowledged so far); nothing else
+  is sent until the follower has installed it. An unanswered chunk is sent again.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import deque
+
+from .types import Snapshot
 
 
 class ProgressState(enum.Enum):
@@ -26,11 +29,14 @@ class Progress:
         "inflight",
         "last_heard_tick",
         "learner",
+        "leaving_ticks",
         "match",
         "next",
         "pending_snapshot",
         "probe_sent",
         "recent_active",
+        "snap",
+        "snap_offset",
         "snapshot_wait_ticks",
         "state",
     )
@@ -41,11 +47,17 @@ class Progress:
         self.state = ProgressState.PROBE
         self.probe_sent = False  # PROBE: an AppendEntries is out, wait for its answer
         self.pending_snapshot = 0  # SNAPSHOT: index of the snapshot sent
-        self.snapshot_wait_ticks = 0  # SNAPSHOT: ticks since it was sent
+        self.snapshot_wait_ticks = 0  # SNAPSHOT: ticks since the last chunk was sent
+        self.snap: Snapshot | None = None  # SNAPSHOT: the snapshot being sent
+        self.snap_offset = 0  # SNAPSHOT: bytes of it the follower acknowledged
         self.inflight: deque[int] = deque()  # REPLICATE: last index of each unacked message
         self.recent_active = False  # heard from it in this check-quorum period
         self.last_heard_tick = -1  # leader's tick count when we last heard from it
         self.learner = learner
+        # >= 0: removed by the configuration in force; still sent the log (and the
+        # commit index) so that it learns of its removal, for a while (ticks counted
+        # once the removal is committed).
+        self.leaving_ticks = -1
 
     def __repr__(self) -> str:
         return (
@@ -61,17 +73,21 @@ class Progress:
         self.state = ProgressState.PROBE
         self.probe_sent = False
         self.pending_snapshot = 0
+        self.snap = None
         self.inflight.clear()
 
     def become_replicate(self) -> None:
         self.state = ProgressState.REPLICATE
         self.next = self.match + 1
         self.probe_sent = False
+        self.snap = None
         self.inflight.clear()
 
-    def become_snapshot(self, index: int) -> None:
+    def become_snapshot(self, snap: Snapshot) -> None:
         self.state = ProgressState.SNAPSHOT
-        self.pending_snapshot = index
+        self.pending_snapshot = snap.meta.index
+        self.snap = snap
+        self.snap_offset = 0
         self.snapshot_wait_ticks = 0
         self.inflight.clear()
 

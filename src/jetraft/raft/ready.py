@@ -69,14 +69,16 @@ class RaftConfig:
     check_quorum: bool = True  # a leader that cannot hear a quorum steps down
     max_msg_bytes: int = 1 << 20  # entry bytes per AppendEntries (at least one entry)
     max_inflight: int = 64  # pipelined AppendEntries per follower
-    snapshot_retry_ticks: int = 0  # resend an unanswered snapshot; 0: 2 * election_ticks
+    snapshot_retry_ticks: int = 0  # resend an unanswered snapshot chunk; 0: 2 * election
+    max_snapshot_chunk_bytes: int = 256 * 1024  # snapshot data per InstallSnapshot
     catchup_slack: int = 0  # a learner is caught up when within this many entries
 
     def __post_init__(self) -> None:
         if self.election_ticks <= self.heartbeat_ticks or self.heartbeat_ticks < 1:
             raise ValueError("need 1 <= heartbeat_ticks < election_ticks")
-        if self.max_inflight < 1 or self.max_msg_bytes < 1:
-            raise ValueError("max_inflight and max_msg_bytes must be positive")
+        if self.max_inflight < 1 or self.max_msg_bytes < 1 or self.max_snapshot_chunk_bytes < 1:
+            raise ValueError("max_inflight, max_msg_bytes and max_snapshot_chunk_bytes must be "
+                             "positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,7 @@ class PeerStatus:
     next: int
     state: str  # probe / replicate / snapshot
     last_heard_ticks_ago: int | None  # None: not heard from since this leader took over
+    lag: int = 0  # committed entries it does not hold yet: leader's commit - match
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,17 +12,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .membership import quorum
 from .messages import (
     AppendEntries,
     AppendResponse,
     Heartbeat,
     HeartbeatResponse,
     InstallSnapshot,
+    SnapshotResponse,
     TimeoutNow,
 )
 from .progress import Progress, ProgressState
 from .ready import Role
+from .types import Snapshot
 
 if TYPE_CHECKING:
     from .core import RaftCore
@@ -66,12 +67,40 @@ def _send_empty_probe(core: RaftCore, to: str, pr: Progress) -> None:
 
 
 def _send_snapshot(core: RaftCore, to: str, pr: Progress) -> bool:
-    snap = core.log.snapshot
-    if snap is None:  # cannot happen: entries are only compacted under a snapshot
+    snap = core.sendable_snapshot()
+    if snap is None:  # none to send yet (the state machine's is being made): retry later
         return False
-    core.msgs.append(InstallSnapshot(core.term, core.id, to, snap))
-    pr.become_snapshot(snap.meta.index)
+    pr.become_snapshot(snap)
+    send_snapshot_chunk(core, to, pr)
     return True
+
+
+def send_snapshot_chunk(core: RaftCore, to: str, pr: Progress) -> None:
+    """(Re)send the chunk of pr.snap that starts at what the follower acknowledged."""
+    snap = pr.snap
+    assert snap is not None and not snap.external
+    start = pr.snap_offset
+    chunk = snap.data[start : start + core.cfg.max_snapshot_chunk_bytes]
+    done = start + len(chunk) >= len(snap.data)
+    core.msgs.append(InstallSnapshot(core.term, core.id, to, snap.meta, start, chunk, done))
+    pr.snapshot_wait_ticks = 0
+
+
+def handle_snapshot_response(core: RaftCore, m: SnapshotResponse) -> None:
+    pr = core.prs.get(m.frm)
+    if pr is None:
+        return
+    pr.recent_active = True
+    pr.last_heard_tick = core.ticks
+    snap = pr.snap
+    if pr.state is not ProgressState.SNAPSHOT or snap is None or snap.meta.index != m.index:
+        return  # about a series we no longer send
+    if m.offset == pr.snap_offset or m.offset > len(snap.data):
+        return  # a duplicate: the chunk in flight (or its retry) answers for itself
+    # Ahead: the next chunk. Behind: the follower lost what it had (it restarted, or a
+    # newer series replaced it): start again from there.
+    pr.snap_offset = m.offset
+    send_snapshot_chunk(core, m.frm, pr)
 
 
 def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
@@ -93,7 +122,9 @@ def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
                 _send_snapshot(core, m.frm, pr)
                 return
             pr.become_probe()
-            pr.next = min(m.index, hint + 1)
+            # Retry at or before the rejected point (the first rejection of a damaged
+            # replica says nothing about its log), never before the first entry.
+            pr.next = max(1, min(m.index, hint + 1))
             send_append(core, m.frm)
             return
         if pr.maybe_decr_to(m.index, hint):
@@ -115,6 +146,13 @@ def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
         core.msgs.append(TimeoutNow(core.term, core.id, m.frm))
     while send_append(core, m.frm, send_empty=False):
         pass
+
+
+def heartbeat_commit(core: RaftCore, pr: Progress) -> int:
+    """The commit index a heartbeat tells a follower: no further than what the follower
+    acknowledged, so that it never commits entries of its log that may not match ours
+    (a heartbeat carries no entries to check against)."""
+    return min(pr.match, core.log.committed)
 
 
 def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
@@ -143,7 +181,10 @@ def maybe_commit(core: RaftCore) -> bool:
     if not voters:
         return False
     matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
-    mci = matches[quorum(len(voters)) - 1]
+    q = core.membership.quorum()
+    if q > len(matches):
+        return False  # fewer voters known than a quorum of the cluster's size
+    mci = matches[q - 1]
     log = core.log
     if mci <= log.committed or log.term(mci) != core.term:
         return False
@@ -204,18 +245,55 @@ def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
 
 def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
     log = core.log
-    meta = m.snapshot.meta
+    meta = m.meta
+    # A damaged log is trusted only as far as this term's leader verified it. Where it
+    # verified past the snapshot, keep the log: restoring would drop entries we have
+    # acknowledged in this term, the leader would go on counting them as ours (its match
+    # index never goes back on a success), and they would never be sent again.
+    trusted = not core.corrupt or core.verified >= meta.index
     if meta.index <= log.committed:
         index = log.committed
-    elif not core.corrupt and log.match_term(meta.index, meta.term):
-        log.commit_to(meta.index)  # we have the entries: no need to restore
+    elif trusted and log.match_term(meta.index, meta.term):
+        log.commit_to(meta.index)  # we have the entries: no need for the snapshot
         index = meta.index
     else:
-        log.restore(m.snapshot)
+        data = _assemble(core, m)
+        if data is None:
+            return
+        log.restore(Snapshot(meta, data))
         index = core.verified = meta.index
+    if core.snap_buf is not None and core.snap_buf[0][1] <= index:
+        core.snap_buf = None  # a series we no longer need
     core.verified = max(core.verified, index)
     core.msgs.append(AppendResponse(core.term, core.id, m.frm, index))
     _check_repaired(core)
+
+
+def _assemble(core: RaftCore, m: InstallSnapshot) -> bytes | None:
+    """Collect the chunks of one series (one leader term and snapshot); the whole data
+    once the last chunk is in, else None (after answering with what we hold). A chunk of
+    another series than the one collected is answered with 0: the leader restarts it."""
+    meta = m.meta
+    key = (m.term, meta.index, meta.term)
+    buf = core.snap_buf
+    if m.offset == 0:
+        if buf is not None and buf[0][0] == m.term and buf[0][1] > meta.index:
+            return None  # a stale start of an older series of this leader
+        if m.done:
+            core.snap_buf = None
+            return m.data
+        buf = core.snap_buf = (key, bytearray(m.data))
+    elif buf is None or buf[0] != key or m.offset != len(buf[1]):
+        have = len(buf[1]) if buf is not None and buf[0] == key else 0
+        core.msgs.append(SnapshotResponse(core.term, core.id, m.frm, meta.index, have))
+        return None
+    else:
+        buf[1].extend(m.data)
+    if not m.done:
+        core.msgs.append(SnapshotResponse(core.term, core.id, m.frm, meta.index, len(buf[1])))
+        return None
+    core.snap_buf = None
+    return bytes(buf[1])
 
 
 def _check_repaired(core: RaftCore) -> None:

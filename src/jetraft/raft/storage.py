@@ -69,6 +69,7 @@ def core_from_recovered(
     *,
     peers: Sequence[str] = (),
     learners: Sequence[str] = (),
+    bootstrap_size: int = 0,
 ) -> RaftCore:
     """A core resuming from durable state. A corrupt log makes a replica that neither
     votes nor campaigns until its leader has repaired it."""
@@ -82,6 +83,7 @@ def core_from_recovered(
         snapshot=recovered.snapshot,
         entries=recovered.entries,
         corrupt=recovered.corrupt is not None,
+        bootstrap_size=bootstrap_size,
     )
 
 

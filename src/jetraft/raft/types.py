@@ -35,8 +35,17 @@ class HardState:
 
 @dataclass(frozen=True, slots=True)
 class Membership:
+    """Who votes and who only follows. ``size`` is the cluster size a quorum is counted
+    against while fewer voters are known than the group was started for (a group
+    bootstrapped with some of its servers missing): a quorum is always a majority of
+    max(size, number of voters)."""
+
     voters: tuple[str, ...]
     learners: tuple[str, ...] = ()
+    size: int = 0
+
+    def quorum(self) -> int:
+        return max(self.size, len(self.voters)) // 2 + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,5 +57,10 @@ class SnapshotMeta:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """The state machine's state after entry meta.index. An `external` snapshot is a
+    marker with no data: the state machine keeps that state durably in its own storage
+    (see node.StateMachine.durable_index); it is never sent to a peer."""
+
     meta: SnapshotMeta
     data: bytes
+    external: bool = False

@@ -17,6 +17,8 @@ The checksum sits at the end so that a write torn anywhere fails it. Payloads:
 
 Snapshot file: magic b"JRSNAP01", crc32 u32 over everything after it, then index u64,
 term u64, voter count u16, learner count u16, each id as u16 length + utf-8, then the data.
+An external snapshot (a marker: the state machine holds that state durably itself) has
+the magic b"JRSNAPX1" and no data.
 """
 
 from __future__ import annotations
@@ -163,20 +165,34 @@ def find_next_valid(data: bytes, start: int) -> int | None:
 # --------------------------------------------------------------------------------------------
 # Snapshot files
 
-SNAP_MAGIC = b"JRSNAP01"
-_SNAP_FIXED = struct.Struct("<QQHH")
+# Magic: snapshot with data or external marker (no data), in version 2 (which adds the
+# membership's cluster size) or version 1 (still read).
+SNAP_MAGIC = b"JRSNAP02"
+SNAP_MAGIC_EXTERNAL = b"JRSNAPX2"
+_V1 = {b"JRSNAP01": False, b"JRSNAPX1": True}  # magic -> external
+_SNAP_FIXED = struct.Struct("<QQHHI")
+_SNAP_FIXED_V1 = struct.Struct("<QQHH")
 _U16 = struct.Struct("<H")
 
 
 def encode_snapshot(snap: Snapshot) -> bytes:
     m = snap.meta
     parts = [
-        _SNAP_FIXED.pack(m.index, m.term, len(m.membership.voters), len(m.membership.learners))
+        _SNAP_FIXED.pack(
+            m.index,
+            m.term,
+            len(m.membership.voters),
+            len(m.membership.learners),
+            m.membership.size,
+        )
     ]
     for node_id in (*m.membership.voters, *m.membership.learners):
         raw = node_id.encode()
         parts.append(_U16.pack(len(raw)))
         parts.append(raw)
+    if snap.external:
+        body = b"".join(parts)
+        return SNAP_MAGIC_EXTERNAL + _CRC.pack(_crc32(body)) + body
     parts.append(snap.data)
     body = b"".join(parts)
     return SNAP_MAGIC + _CRC.pack(_crc32(body)) + body
@@ -185,15 +201,24 @@ def encode_snapshot(snap: Snapshot) -> bytes:
 def decode_snapshot(data: bytes) -> Snapshot | str:
     """The snapshot in ``data``, or why it is not a valid snapshot file."""
     head = len(SNAP_MAGIC) + CRC_BYTES
-    if len(data) < head + _SNAP_FIXED.size:
-        return "snapshot file too short"
-    if data[: len(SNAP_MAGIC)] != SNAP_MAGIC:
+    magic = data[: len(SNAP_MAGIC)]
+    if magic in (SNAP_MAGIC, SNAP_MAGIC_EXTERNAL):
+        fixed, external = _SNAP_FIXED, magic == SNAP_MAGIC_EXTERNAL
+    elif magic in _V1:
+        fixed, external = _SNAP_FIXED_V1, _V1[magic]
+    else:
         return "bad snapshot magic"
+    if len(data) < head + fixed.size:
+        return "snapshot file too short"
     (crc,) = _CRC.unpack_from(data, len(SNAP_MAGIC))
     if _crc32(memoryview(data)[head:]) != crc:
         return "snapshot checksum mismatch"
-    index, term, n_voters, n_learners = _SNAP_FIXED.unpack_from(data, head)
-    pos = head + _SNAP_FIXED.size
+    if fixed is _SNAP_FIXED:
+        index, term, n_voters, n_learners, cluster_size = fixed.unpack_from(data, head)
+    else:
+        index, term, n_voters, n_learners = fixed.unpack_from(data, head)
+        cluster_size = 0
+    pos = head + fixed.size
     ids: list[str] = []
     for _ in range(n_voters + n_learners):
         if pos + _U16.size > len(data):
@@ -207,5 +232,7 @@ def decode_snapshot(data: bytes) -> Snapshot | str:
         except UnicodeDecodeError:
             return "snapshot member id is not utf-8"
         pos += size
-    membership = Membership(voters=tuple(ids[:n_voters]), learners=tuple(ids[n_voters:]))
-    return Snapshot(meta=SnapshotMeta(index, term, membership), data=data[pos:])
+    membership = Membership(tuple(ids[:n_voters]), tuple(ids[n_voters:]), cluster_size)
+    if external and pos != len(data):
+        return "external snapshot with data"
+    return Snapshot(SnapshotMeta(index, term, membership), data[pos:], external)

@@ -27,6 +27,13 @@ class JszSource(Protocol):
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]: ...
 
 
+class RoutezSource(Protocol):
+    @property
+    def port(self) -> int: ...
+
+    def routez(self) -> list[dict[str, Any]]: ...
+
+
 class MonitoredServer(Protocol):
     """What the monitoring endpoints read (``server.Server`` provides it)."""
 
@@ -59,6 +66,9 @@ class MonitoredServer(Protocol):
 
     @property
     def jetstream(self) -> JszSource | None: ...
+
+    @property
+    def mesh(self) -> RoutezSource | None: ...
 
     def totals(self) -> AccountStats: ...
 
@@ -131,6 +141,7 @@ class MonitorServer:
             "/subsz": self.subsz,
             "/subscriptionsz": self.subsz,
             "/jsz": self.jsz,
+            "/routez": self.routez,
         }
 
     async def start(self, host: str, port: int) -> None:
@@ -234,8 +245,8 @@ class MonitorServer:
             "cpu": self._cpu.percent(),
             "connections": len(s.clients),
             "total_connections": st.total_connections,
-            "routes": 0,
-            "remotes": 0,
+            "routes": len(s.mesh.routez()) if s.mesh is not None else 0,
+            "remotes": len(s.mesh.routez()) if s.mesh is not None else 0,
             "leafnodes": 0,
             "in_msgs": tot.in_msgs,
             "out_msgs": tot.out_msgs,
@@ -249,8 +260,28 @@ class MonitorServer:
         if cfg.server_tags:
             out["tags"] = list(cfg.server_tags)
         if cfg.cluster is not None:
-            out["cluster"] = {"name": cfg.cluster.name, "port": cfg.cluster.port}
+            cl = cfg.cluster
+            out["cluster"] = {
+                "name": cl.name,
+                "addr": cl.host,
+                "cluster_port": s.mesh.port if s.mesh is not None else cl.port,
+                "auth_timeout": cl.auth_timeout_s or 2.0,
+                "urls": [u.split("://", 1)[-1].rsplit("@", 1)[-1] for u in cl.routes],
+                "tls_required": cl.tls is not None,
+                "tls_verify": cl.tls is not None and cl.tls.verify,
+            }
         return out
+
+    def routez(self, q: dict[str, str]) -> dict[str, Any]:
+        s = self.server
+        routes = s.mesh.routez() if s.mesh is not None else []
+        return {
+            "server_id": s.server_id,
+            "server_name": s.name,
+            "now": rfc3339(time.time()),
+            "num_routes": len(routes),
+            "routes": routes,
+        }
 
     def connz(self, q: dict[str, str]) -> dict[str, Any]:
         now = time.time()

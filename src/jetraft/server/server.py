@@ -13,17 +13,19 @@ from typing import Any
 import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
-from jetraft.server.core.accounts import AccountStats
+from jetraft.server.cluster.mesh import RouteMesh
+from jetraft.server.core.accounts import Account, AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 from jetraft.server.core.router import Router, totals
-from jetraft.server.core.tls import make_server_context
+from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
 
 log = logging.getLogger("jetraft.server")
 
 # Clients gate features on the reported version (nats-py needs >= 2.9 for the named consumer
 # API), so we report the nats-server protocol level we implement, not our package version.
 NATS_COMPAT_VERSION = "2.11.0"
+INTERNAL_ACCOUNT = "$JSC"
 _ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
 
@@ -56,6 +58,10 @@ class Server:
         self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
         self._loop: asyncio.AbstractEventLoop | None = None
         self.jetstream: Any = None  # JetStreamManager when cfg.jetstream is set
+        self.mesh: RouteMesh | None = None  # the routes, when cfg.cluster is set
+        # Traffic between servers (JetStream cluster requests) lives in an account of its
+        # own that no client can bind to.
+        self.internal_account = Account(INTERNAL_ACCOUNT)
         # Client URLs (host:port) of the servers we have routes to; the route layer owns it.
         self.route_client_urls: list[str] = []
 
@@ -69,6 +75,9 @@ class Server:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        if cfg.cluster is not None:
+            self.mesh = RouteMesh(self)
+            await self.mesh.start()
         if cfg.jetstream is not None:
             from jetraft.server.js.manager import JetStreamManager
 
@@ -113,6 +122,8 @@ class Server:
             await self.monitor.stop()
         if self.jetstream is not None:
             await self.jetstream.stop()
+        if self.mesh is not None:
+            await self.mesh.stop()
         for conn in list(self.clients.values()):
             conn.close("Server Shutdown")
         for srv in self._servers:
@@ -132,11 +143,14 @@ class Server:
         self.in_lame_duck = True
         for srv in self._servers:
             srv.close()
+        if self.mesh is not None:
+            self.mesh.broadcast_info()  # peers stop advertising our client URL
         for conn in list(self.clients.values()):
             if conn.connected and not conn.closed:
                 info = self.info_for(conn)
                 info["ldm"] = True
-                info["connect_urls"] = []
+                # Where to go instead: the other servers (nothing when alone).
+                info["connect_urls"] = list(self.route_client_urls)
                 conn.enqueue(proto.encode_info(info))
         grace_s = cfg.lame_duck_grace_period_ns / 1e9
         duration_s = max(cfg.lame_duck_duration_ns / 1e9 - grace_s, 0.0)
@@ -163,6 +177,10 @@ class Server:
             return
         self.clients[conn.cid] = conn
         self.stats.total_connections += 1
+        if self.tls_context is not None and not self._upgrade_after_info and (
+            not self._pinned_ok(conn)
+        ):
+            return  # handshake-first: the TLS session is already up
         info = proto.encode_info(self.info_for(conn))
         if self.auth.required:
             timeout = cfg.auth_timeout_ns / 1e9
@@ -199,6 +217,19 @@ class Server:
             conn.close("TLS Handshake Error")
             return
         conn.transport = new
+        self._pinned_ok(conn)
+
+    def _pinned_ok(self, conn: ClientConnection) -> bool:
+        """``pinned_certs``: a client whose certificate key is not pinned is dropped right after
+        the handshake, as nats-server does (no -ERR: the TLS session itself is refused)."""
+        tls = self.config.tls
+        if tls is None or not tls.pinned_certs:
+            return True
+        if pinned_ok(peer_certificate(conn.transport), tls.pinned_certs):
+            return True
+        log.debug("client %d: certificate not pinned", conn.cid)
+        conn.close("TLS Handshake Error")
+        return False
 
     def info_for(self, conn: ClientConnection) -> dict[str, Any]:
         cfg = self.config
@@ -217,6 +248,8 @@ class Server:
         }
         if self.auth.required:
             info["auth_required"] = True
+        if conn.nonce:
+            info["nonce"] = conn.nonce
         if self.tls_context is not None:
             info["tls_required"] = True
             if cfg.tls is not None and cfg.tls.verify:
@@ -238,7 +271,8 @@ class Server:
         ``127.0.0.1:4222`` is new to a pool holding ``user:pass@127.0.0.1:4222``) and would
         then retry a credential-less copy of the one server they know.
         """
-        if not self.route_client_urls:
+        cluster = self.config.cluster
+        if not self.route_client_urls or (cluster is not None and cluster.no_advertise):
             return []
         return [f"{self._advertise_host(conn)}:{self.client_port}", *self.route_client_urls]
 
@@ -250,6 +284,34 @@ class Server:
             if isinstance(sock, tuple):
                 return str(sock[0])
         return host
+
+    # --- the cluster's view of this server (mesh.ClusterHost) ------------------------------
+
+    def account_named(self, name: str) -> Account | None:
+        if name == INTERNAL_ACCOUNT:
+            return self.internal_account
+        return self.auth.accounts.get(name)
+
+    def own_client_urls(self) -> list[str]:
+        cfg = self.config
+        if cfg.client_advertise:
+            return [cfg.client_advertise]
+        return [f"{cfg.host}:{self.client_port}"]
+
+    def jetstream_enabled(self) -> bool:
+        return self.config.jetstream is not None
+
+    def lame_duck_mode(self) -> bool:
+        return self.in_lame_duck
+
+    def route_client_urls_changed(self, urls: list[str]) -> None:
+        """Servers joined or left: clients that understand async INFO hear the new URLs."""
+        self.route_client_urls = urls
+        if self.config.cluster is not None and self.config.cluster.no_advertise:
+            return
+        for conn in list(self.clients.values()):
+            if conn.connected and not conn.closed and conn.protocol >= 1:
+                conn.enqueue(proto.encode_info(self.info_for(conn)))
 
     def client_bound(self, conn: ClientConnection) -> None:
         conn.account.num_connections += 1

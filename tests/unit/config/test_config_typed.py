@@ -164,13 +164,13 @@ def test_keys_are_case_insensitive_like_nats_server() -> None:
 def test_unknown_and_unsupported_keys_are_warnings_with_positions() -> None:
     cfg = cfg_of(
         "port: 4333\nbogus: 1\ncluster {\n  name: C, port: 6333\n  typo_key: 2\n}\n"
-        "gateway { name: X }\njetstream { wat: 1 }\nserver_name: n1\n"
+        "syslog: true\njetstream { wat: 1 }\nserver_name: n1\n"
     )
     assert cfg.port == 4333 and cfg.cluster is not None and cfg.cluster.port == 6333
     assert cfg.warnings == (
         "t.conf:2:1: unknown field 'bogus'",
         "t.conf:5:3: unknown field 'typo_key' in cluster",
-        "t.conf:7:1: field 'gateway' is not supported by jetraft and is ignored",
+        "t.conf:7:1: field 'syslog' is not supported by jetraft and is ignored",
         "t.conf:8:13: unknown field 'wat' in jetstream",
     )
 
@@ -427,13 +427,13 @@ def test_misc_scalars() -> None:
     cfg = cfg_of(
         "debug: true\ntrace: yes\nlogtime: false\nserver_tags: [\"az:1\", ssd]\n"
         "client_advertise: \"ext:4222\"\npid_file: /run/x.pid\nlog_file: /var/x.log\n"
-        "max_subs: 100\nping_max: 5\nhttps_port: 8443\ntrace_verbose: true\n"
+        "max_subs: 100\nping_max: 5\ntrace_verbose: true\n"
     )
     assert (cfg.debug, cfg.trace, cfg.logtime, cfg.trace_verbose) == (True, True, False, True)
     assert cfg.server_tags == ("az:1", "ssd")
     assert (cfg.client_advertise, cfg.pid_file, cfg.log_file) == (
         "ext:4222", "/run/x.pid", "/var/x.log")
-    assert (cfg.max_subscriptions, cfg.ping_max, cfg.https_port) == (100, 5, 8443)
+    assert (cfg.max_subscriptions, cfg.ping_max) == (100, 5)
     assert cfg_of('server_tags: "one"').server_tags == ("one",)
 
 

@@ -309,3 +309,22 @@ def test_figure8_old_term_entry_not_committed_by_counting() -> None:
     for n in "bcde":
         assert r.c.nodes[n].core.log.term(2) == 2  # e overwrote it, legitimately
     assert all(e.data != b"old" for node in r.c.nodes.values() for e in node.applied)
+
+
+def test_damaged_replica_with_an_empty_log_is_repaired_without_a_snapshot() -> None:
+    """Found by the simulator (seed 193): a leader without a snapshot answered the damage
+    report of a replica whose log it probed at index 0 with a probe before index 1, which
+    it could not send; the replica never caught up."""
+    c = Cluster("abc")
+    c.crash("c")
+    c.nodes["c"].store.hard_state = HardState(3, "", 0)  # terms passed, no entry kept
+    c.restart("c", corrupt=True)
+    for nid in "ab":
+        c.nodes[nid].core.term = 3
+    c.elect("a")
+    c.propose("a", "x")
+    c.stabilize()
+    c.tick("a")
+    c.stabilize()
+    assert c.nodes["a"].core.log.snapshot is None
+    assert c.nodes["c"].data() == ["x"] and not c.nodes["c"].core.corrupt

@@ -14,23 +14,20 @@ from jetraft.raft.messages import (
     HeartbeatResponse,
     InstallSnapshot,
     Message,
+    SnapshotResponse,
     TimeoutNow,
     VoteRequest,
     VoteResponse,
     decode_message,
     encode_message,
 )
-from jetraft.raft.types import Entry, EntryKind, Membership, Snapshot, SnapshotMeta
+from jetraft.raft.types import Entry, EntryKind, Membership, SnapshotMeta
 
 ids = st.text(min_size=1, max_size=12)
 ints = st.integers(min_value=0, max_value=2**62)
 entries = st.builds(Entry, ints, ints, st.sampled_from(list(EntryKind)), st.binary(max_size=64))
-snapshots = st.builds(
-    Snapshot,
-    st.builds(SnapshotMeta, ints, ints,
-              st.builds(Membership, st.tuples(ids, ids), st.tuples(ids))),
-    st.binary(max_size=128),
-)
+metas = st.builds(SnapshotMeta, ints, ints,
+                  st.builds(Membership, st.tuples(ids, ids), st.tuples(ids)))
 messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(VoteRequest, ints, ids, ids, ints, ints, st.booleans(), st.booleans()),
     st.builds(VoteResponse, ints, ids, ids, st.booleans(), st.booleans()),
@@ -39,7 +36,9 @@ messages: st.SearchStrategy[Message] = st.one_of(
     st.builds(AppendResponse, ints, ids, ids, ints, st.booleans(), ints, ints, ints),
     st.builds(Heartbeat, ints, ids, ids, ints),
     st.builds(HeartbeatResponse, ints, ids, ids),
-    st.builds(InstallSnapshot, ints, ids, ids, snapshots),
+    st.builds(InstallSnapshot, ints, ids, ids, metas, ints, st.binary(max_size=128),
+              st.booleans()),
+    st.builds(SnapshotResponse, ints, ids, ids, ints, ints),
     st.builds(TimeoutNow, ints, ids, ids),
 )
 

@@ -1,51 +1,137 @@
-"""One simulated replica: the real core and the real WAL over a crashable MemDisk.
+"""One simulated replica: the production Driver over the real WAL on a crashable MemDisk.
 
-The replica follows the Ready contract exactly as the asyncio driver does (persist, fsync
-when asked, send, apply, advance), synchronously. Its state machine keeps only a running
-hash of what it applied, which is what the checker compares across replicas.
+The replica runs driver.Driver, the code RaftNode runs, on simulated time: the driver's
+blocking jobs (fsync, snapshot writes) complete at once or after a drawn delay (a slow
+fsync, during which messages, ticks and proposals queue up as in production), can die
+half way (power loss) or fail (EIO, ENOSPC, injected by the disk).
+
+What the checker needs is observed from outside the driver: every Ready (observe_ready),
+every message sent, what the WAL made durable (TrackingLog, independent of the driver's
+own bookkeeping), every entry applied and snapshot restored (ObservedSM).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import random
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from ..core import RaftCore
 from ..disk import MemDisk, SimulatedCrash
+from ..driver import Driver, Job, Outcome, Process, State, StateMachine
 from ..messages import Message
 from ..ready import RaftConfig, Ready
-from ..storage import core_from_recovered, persist_ready, split_messages
-from ..types import Entry, Snapshot
+from ..types import Entry, HardState, Snapshot, SnapshotMeta
 from ..wal import Wal
 
 WAL_DIR = "/wal"
 _SM = struct.Struct("<Q")
 
 
+class SimStateMachine(StateMachine, Protocol):
+    """A state machine the simulator can compare across replicas."""
+
+    @property
+    def index(self) -> int:
+        """Index of the last entry applied (or of the snapshot restored)."""
+
+    def digest(self) -> bytes:
+        """A summary of the state: equal on every replica at the same index."""
+
+
 class HashStateMachine:
     """State = (index of the last applied entry, running hash of everything applied)."""
 
-    __slots__ = ("digest", "index")
+    __slots__ = ("_digest", "_index")
 
     def __init__(self) -> None:
-        self.index = 0
-        self.digest = b"\0" * 8
+        self._index = 0
+        self._digest = b"\0" * 8
 
-    def apply(self, e: Entry) -> None:
-        h = hashlib.blake2b(self.digest, digest_size=8)
+    @property
+    def index(self) -> int:
+        return self._index
+
+    def digest(self) -> bytes:
+        return self._digest
+
+    def apply(self, e: Entry) -> object:
+        h = hashlib.blake2b(self._digest, digest_size=8)
         h.update(struct.pack("<QQB", e.index, e.term, e.kind))
         h.update(e.data)
-        self.digest = h.digest()
-        self.index = e.index
+        self._digest = h.digest()
+        self._index = e.index
+        return e.index
 
     def snapshot(self) -> bytes:
-        return _SM.pack(self.index) + self.digest
+        return _SM.pack(self._index) + self._digest
 
     def restore(self, data: bytes) -> None:
-        self.index = _SM.unpack_from(data)[0]
-        self.digest = data[_SM.size :]
+        self._index = _SM.unpack_from(data)[0]
+        self._digest = data[_SM.size :]
+
+
+SmFactory = Callable[[], SimStateMachine]
+
+
+class ObservedSM:
+    """Wraps the replica's state machine to report applies and restores."""
+
+    def __init__(self, inner: SimStateMachine, node: SimNode) -> None:
+        self.inner = inner
+        self.node = node
+
+    def apply(self, entry: Entry) -> object:
+        result = self.inner.apply(entry)
+        self.node.applied_hook(self.node, entry)
+        return result
+
+    def snapshot(self) -> bytes:
+        return self.inner.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.inner.restore(data)
+        meta = self.node.snapshot_meta
+        assert meta is not None
+        self.node.restored_hook(self.node, meta)
+
+
+class TrackingLog:
+    """The WAL, watched: what it has made durable, as the checker must know it."""
+
+    def __init__(self, wal: Wal, hs: HardState) -> None:
+        self.wal = wal
+        self.given_hs = hs
+        self.durable_hs = hs
+        self.durable_last = wal.last_index
+
+    def append(self, entries: Sequence[Entry]) -> None:
+        self.wal.append(entries)
+
+    def set_hard_state(self, hs: HardState) -> None:
+        self.wal.set_hard_state(hs)
+        self.given_hs = hs
+
+    def _durable(self) -> None:
+        self.durable_hs = self.given_hs
+        self.durable_last = self.wal.last_index
+
+    def sync(self) -> None:
+        self.wal.sync()
+        self._durable()
+
+    def save_snapshot(self, snap: Snapshot) -> None:
+        self.wal.save_snapshot(snap)  # syncs everything given first
+        self._durable()
+
+    def compact(self, upto_index: int) -> None:
+        self.wal.compact(upto_index)
+
+    def clear_corruption(self) -> None:
+        self.wal.clear_corruption()
 
 
 class SimNode:
@@ -56,118 +142,164 @@ class SimNode:
         seed: str,
         peers: tuple[str, ...],
         segment_bytes: int,
+        sm_factory: SmFactory,
     ) -> None:
         self.id = node_id
         self.cfg = cfg
         self.seed = seed
         self.peers = peers
         self.segment_bytes = segment_bytes
+        self.sm_factory = sm_factory
         self.disk = MemDisk()
         self.up = False
         self.incarnation = 0
-        self.core: RaftCore | None = None
-        self.wal: Wal | None = None
-        self.sm = HashStateMachine()
-        self.crash_in_sync = False  # the next fsync dies half way (fault injection)
-        self.snapshot_every = 0
-        # Durable marks as this driver persisted them, to check "persist before send".
-        self.durable_term = 0
-        self.durable_vote = ""
-        self.durable_last = 0
+        self.driver: Driver | None = None
+        self.log: TrackingLog | None = None
+        self.last_core: RaftCore | None = None  # the core when the process last died
+        self.last_durable = 0  # its last durable index then
+        self.sm: SimStateMachine = sm_factory()
+        self.snapshot_meta: SnapshotMeta | None = None  # of the snapshot being restored
+        self.crash_in_io = False  # the next job dies half way (power loss)
+        self.fail_in_io: OSError | None = None  # the next job fails with this error
+        self.io_delay = 0  # steps the next job takes (a slow fsync)
+        # A suspended Driver.process(): waiting for `job` to complete at step `job_at`.
+        self._gen: Process | None = None
+        self._job: Job | None = None
+        self.job_at = 0
+        # Set by the world.
+        self.send: Callable[[SimNode, Message], None] = lambda n, m: None
+        self.ready_hook: Callable[[SimNode, Ready], None] = lambda n, rd: None
+        self.commit_hook: Callable[[SimNode, Entry], None] = lambda n, e: None
+        self.applied_hook: Callable[[SimNode, Entry], None] = lambda n, e: None
+        self.restored_hook: Callable[[SimNode, SnapshotMeta], None] = lambda n, m: None
+        self.done_hook: Callable[[SimNode, object, Outcome], None] = lambda n, t, o: None
+        self.removed_hook: Callable[[SimNode], None] = lambda n: None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, rng: random.Random) -> str | None:
-        """(Re)open the WAL and rebuild the core. Returns the corruption report, if any."""
+        """(Re)open the WAL and start a driver on it. Returns the corruption report."""
         wal, rec = Wal.open(self.disk, WAL_DIR, segment_bytes=self.segment_bytes)
         self.incarnation += 1
+        self.log = TrackingLog(wal, rec.hard_state)
+        self.sm = self.sm_factory()
+        self.snapshot_meta = rec.snapshot.meta if rec.snapshot is not None else None
         core_rng = random.Random(f"{self.seed}:{self.id}:{self.incarnation}")
-        self.core = core_from_recovered(self.id, self.cfg, core_rng, rec, peers=self.peers)
-        self.wal = wal
-        self.sm = HashStateMachine()
-        if rec.snapshot is not None:
-            self.sm.restore(rec.snapshot.data)
-        hs = rec.hard_state
-        self.durable_term, self.durable_vote = hs.term, hs.vote
-        self.durable_last = (
-            rec.entries[-1].index
-            if rec.entries
-            else (rec.snapshot.meta.index if rec.snapshot else 0)
+        driver = Driver(
+            self.id, self.peers, self.cfg, self.log, ObservedSM(self.sm, self),
+            lambda m: self.send(self, m), lambda t, o: self.done_hook(self, t, o), core_rng,
+            recovered=rec, snapshot_entries=rng.randint(8, 40), keep_entries=rng.randint(0, 5),
         )
-        self.snapshot_every = rng.randint(8, 40)
-        self.up = True
-        self.crash_in_sync = False
+        driver.observe_ready = lambda rd: self.ready_hook(self, rd)
+        driver.observe_apply = lambda e: self.commit_hook(self, e)
+        driver.on_removed = lambda: self.removed_hook(self)
+        self.driver = driver
+        self.up = driver.state is State.RUNNING
+        self.crash_in_io = False
+        self.fail_in_io = None
+        self.io_delay = 0
+        self._gen = self._job = None
+        if driver.state is State.REMOVED:
+            self.removed_hook(self)
         return rec.corrupt
 
-    def crash(self, rng: random.Random) -> None:
-        """Power loss: the core and everything not fsync'd are gone."""
+    def _drop(self) -> None:
+        if self.driver is not None and self.log is not None:
+            # For the checker: what this replica may come back with.
+            self.last_core = self.driver.core
+            self.last_durable = self.log.durable_last
+        if self._gen is not None:
+            self._gen.close()
+        self._gen = self._job = None
         self.up = False
-        self.core = None
-        if self.wal is not None:
-            self.wal = None
+        self.driver = None
+        self.log = None
+
+    def crash(self, rng: random.Random) -> None:
+        """Power loss: the process and everything not fsync'd are gone."""
+        self._drop()
         self.disk.crash(rng)
 
-    # ------------------------------------------------------------------ Ready loop
-    def process(
-        self,
-        rng: random.Random,
-        send: Callable[[Message], None],
-        on_ready: Callable[[SimNode, Ready], None],
-        on_apply: Callable[[SimNode, Entry], None],
-        on_restore: Callable[[SimNode, Snapshot], None],
-    ) -> bool:
-        """Run Readys until the core is idle. False if the node crashed in an fsync."""
-        core, wal = self.core, self.wal
-        assert core is not None and wal is not None
-        for _ in range(1000):
-            if not core.has_ready():
-                return True
-            rd = core.ready()
-            on_ready(self, rd)  # the checker sees entries before they can be truncated
-            persist_ready(wal, rd)
-            if rd.snapshot is not None:
-                self.sm.restore(rd.snapshot.data)
-                on_restore(self, rd.snapshot)
-            # A leader's AppendEntries may leave while its own fsync runs, as in node.py.
-            early, late = split_messages(rd, self.durable_term, self.durable_vote)
-            for m in early:
-                send(m)
-            if rd.must_sync:
-                if self.crash_in_sync:
-                    self.disk.arm_crash(rng.randint(0, 1))  # before the write or the fsync
-                try:
-                    wal.sync()
-                except SimulatedCrash:
-                    self.crash(rng)
-                    return False
-                self.disk.disarm()
-            self._note_durable(rd)
-            for m in late:
-                send(m)
-            for e in rd.committed:
-                self.sm.apply(e)
-                on_apply(self, e)
-            if rd.repaired:
-                wal.clear_corruption()
-            core.advance(rd)
-            self._maybe_snapshot(rng)
-        raise AssertionError(f"{self.id}: Ready loop did not settle")
+    def kill(self) -> None:
+        """The process dies, the machine does not: unsynced writes stay readable."""
+        self._drop()
+        self.disk.kill_process()
 
-    def _note_durable(self, rd: Ready) -> None:
-        if rd.hard_state is not None:
-            self.durable_term, self.durable_vote = rd.hard_state.term, rd.hard_state.vote
-        if rd.snapshot is not None:
-            self.durable_last = rd.snapshot.meta.index
-        if rd.entries:
-            self.durable_last = rd.entries[-1].index
+    @property
+    def core_role_leader(self) -> bool:
+        d = self.driver
+        return d is not None and self.up and d.core.role.value == "leader"
 
-    def _maybe_snapshot(self, rng: random.Random) -> None:
-        core, wal = self.core, self.wal
-        assert core is not None and wal is not None
-        snap_index = core.log.snapshot.meta.index if core.log.snapshot else 0
-        if core.applied - snap_index < self.snapshot_every or self.sm.index != core.applied:
-            return
-        snap = core.create_snapshot(core.applied, self.sm.snapshot())
-        wal.save_snapshot(snap)
-        # Keep a few entries in memory so that slightly lagging followers need no snapshot.
-        core.compact(snap, snap.meta.index - rng.randint(0, 5))
-        self.snapshot_every = rng.randint(8, 40)
+    # ------------------------------------------------------------------ running
+    def busy(self) -> bool:
+        """A job (an fsync) is in progress."""
+        return self._gen is not None
+
+    def pump(self, now: int, rng: random.Random) -> str | None:
+        """Let the driver run as far as it can at step `now`. Returns "crash" if the
+        node died in a job (power loss), "failed" if a job failed and the driver
+        stopped, else None."""
+        driver = self.driver
+        if driver is None or not self.up:
+            return None
+        reply: object = None
+        error: BaseException | None = None
+        if self._gen is None:
+            if not driver.has_work():
+                return None
+            self._gen = driver.process()
+        elif now < self.job_at:
+            return None
+        else:
+            job, self._job = self._job, None
+            assert job is not None
+            outcome, reply, error = self._exec(job, rng)
+            if outcome == "crash":
+                return outcome
+        gen = self._gen
+        while True:
+            try:
+                job = gen.throw(error) if error is not None else gen.send(reply)
+            except StopIteration:
+                return self._finished()
+            if self.io_delay > 0:  # a slow disk: the job completes later
+                self._job, self.job_at = job, now + self.io_delay
+                self.io_delay = 0
+                return None
+            outcome, reply, error = self._exec(job, rng)
+            if outcome == "crash":
+                return outcome
+
+    def _exec(self, job: Job, rng: random.Random) -> tuple[str, object, BaseException | None]:
+        disk = self.disk
+        if self.crash_in_io:
+            disk.arm_crash(rng.randint(0, 1))  # before the write or the fsync
+        elif self.fail_in_io is not None:
+            disk.arm_error(rng.randint(0, 1), self.fail_in_io)
+        try:
+            reply = job()
+        except SimulatedCrash:
+            self.crash(rng)
+            return "crash", None, None
+        except OSError as exc:
+            return "error", None, exc
+        finally:
+            disk.disarm()
+        return "ok", reply, None
+
+    def _finished(self) -> str | None:
+        self._gen = None
+        driver = self.driver
+        if driver is not None and driver.state is State.FAILED:
+            self.up = False
+            return "failed"
+        if driver is not None and driver.state is State.REMOVED:
+            self.up = False
+        return None
+
+
+def enospc() -> OSError:
+    return OSError(errno.ENOSPC, "No space left on device")
+
+
+def eio() -> OSError:
+    return OSError(errno.EIO, "Input/output error")

@@ -1,12 +1,17 @@
 """The seeded, single-threaded cluster simulation: a safety phase, then a liveness phase.
 
 Safety phase: clients propose on whoever claims to lead (forwarding on NotLeader), while
-replicas crash (sometimes in the middle of an fsync), restart, have a byte of their log
-corrupted while down, get partitioned and healed, and the group changes membership and
-transfers leadership; the network delays, drops, duplicates and reorders. Liveness
-phase: every replica is restarted, the network heals and stops losing messages; a
-leader must be elected and commit a new proposal on every member within a bound. Every
-step is checked by Checker; a violation raises Violation.
+the faults of faults.py strike at rates drawn per seed: power loss (sometimes in the
+middle of an fsync), process kills, slow fsyncs, write and fsync errors, corrupted
+records, partitions (also one-way), flaky links, long delays, clock drift, membership
+changes and leadership transfers; the network delays, drops, duplicates and reorders.
+Liveness phase: every replica is restarted, the network heals and stops losing
+messages; a leader must be elected and commit a new proposal on every member within a
+bound. Every step is checked by Checker; a violation raises Violation.
+
+Each replica runs the production driver (driver.Driver, what RaftNode runs) over the
+real WAL on a MemDisk, with a pluggable state machine (`SimConfig.sm`: the running-hash
+machine by default; jetraft.sim plugs in the JetStream stream).
 
 Everything is drawn from random.Random streams seeded by the seed, so a seed replays
 exactly: `python -m jetraft.raft.sim --seed S --nodes N --trace`.
@@ -18,15 +23,14 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..disk import MemDisk
-from ..membership import ChangeKind, MembershipChange
+from ..driver import Applied, Outcome, State
 from ..messages import Message
 from ..ready import NotLeader, RaftConfig, RaftError, Ready, Role
-from ..types import Entry, Snapshot
-from ..wal_format import decode_at
+from ..types import Entry, SnapshotMeta
 from .checker import Checker, Violation
+from .faults import FaultRates, Faults
 from .network import NetConfig, Network
-from .node import WAL_DIR, SimNode
+from .node import HashStateMachine, SimNode, SmFactory
 
 
 @dataclass(frozen=True)
@@ -38,20 +42,16 @@ class SimConfig:
     heartbeat_ticks: int = 2
     tick_steps: int = 4  # steps per tick; messages take 1..max_delay_steps steps
     max_delay_steps: int = 8
-    drop: float = 0.05
-    duplicate: float = 0.03
-    crash_per_tick: float = 0.012
-    restart_per_tick: float = 0.06
-    partition_per_tick: float = 0.012
-    heal_per_tick: float = 0.04
     propose_per_tick: float = 0.7
-    change_per_tick: float = 0.012
-    transfer_per_tick: float = 0.006
-    corrupt_on_crash: float = 0.25
-    crash_in_sync: float = 0.3
     segment_bytes: int = 1024
-    max_msg_bytes: int = 256
+    max_msg_bytes: int = 0  # entry bytes per AppendEntries; 0: drawn per seed (96..256)
     max_inflight: int = 4
+    max_snapshot_chunk_bytes: int = 64
+    rates: FaultRates = field(default_factory=FaultRates)
+    vary_rates: bool = True  # draw each fault rate per seed around `rates`
+    storm_every: int = 4  # every n-th seed runs FaultRates.storm(), as drawn; 0: none
+    sm: SmFactory = HashStateMachine
+    sm_name: str = "hash"
 
 
 @dataclass
@@ -62,9 +62,11 @@ class SeedResult:
     error: str = ""
     ticks: int = 0
     stats: dict[str, int] = field(default_factory=dict)
+    sm: str = "hash"
 
     def replay_command(self) -> str:
-        return f"python -m jetraft.raft.sim --seed {self.seed} --nodes {self.nodes} --trace"
+        sm = "" if self.sm == "hash" else f" --sm {self.sm}"
+        return f"python -m jetraft.raft.sim --seed {self.seed} --nodes {self.nodes}{sm} --trace"
 
 
 class World:
@@ -77,113 +79,127 @@ class World:
         self.rng = random.Random(f"faults:{seed}")
         self.client_rng = random.Random(f"clients:{seed}")
         self.disk_rng = random.Random(f"disk:{seed}")
+        self.storm = cfg.storm_every > 0 and seed % cfg.storm_every == cfg.storm_every - 1
+        rates = FaultRates.storm() if self.storm else cfg.rates
+        self.rates = rates.drawn(self.rng) if cfg.vary_rates and not self.storm else rates
         self.net = Network(
             random.Random(f"net:{seed}"),
-            NetConfig(cfg.drop, cfg.duplicate, cfg.max_delay_steps),
+            NetConfig(self.rates.drop, self.rates.duplicate, cfg.max_delay_steps,
+                      self.rates.long_delay, 3 * cfg.election_ticks * cfg.tick_steps),
         )
         self.raft_cfg = RaftConfig(
             election_ticks=cfg.election_ticks,
             heartbeat_ticks=cfg.heartbeat_ticks,
-            max_msg_bytes=cfg.max_msg_bytes,
+            max_msg_bytes=cfg.max_msg_bytes or (
+                96 if self.storm else self.rng.choice((96, 160, 256))),
             max_inflight=cfg.max_inflight,
+            max_snapshot_chunk_bytes=cfg.max_snapshot_chunk_bytes,
         )
         self.checker = Checker()
         self.now = 0
         self.nodes: dict[str, SimNode] = {}
         self.phase: dict[str, int] = {}
+        self.period: dict[str, int] = {}  # steps per tick of each node (clock drift)
         self.next_id = 1
         self.acked: dict[bytes, int] = {}
-        self.pending: dict[str, list[tuple[int, int, bytes]]] = {}
         self.proposals = 0
-        self.damaged: set[str] = set()  # disks damaged (checked while the node is down)
         self.stats = {
-            "crashes": 0,
-            "sync_crashes": 0,
-            "corruptions": 0,
-            "restarts": 0,
-            "partitions": 0,
-            "changes": 0,
-            "transfers": 0,
-            "snapshots": 0,
+            "crashes": 0, "kills": 0, "sync_crashes": 0, "io_errors": 0, "slow_io": 0,
+            "corruptions": 0, "restarts": 0, "partitions": 0, "one_way": 0, "flaky": 0,
+            "changes": 0, "transfers": 0, "snapshots": 0, "removed": 0,
         }
+        self.faults = Faults(self)
+        self.in_safety = True
         peers = tuple(f"n{i}" for i in range(1, cfg.nodes + 1))
         for _ in peers:
-            self._add_node(peers)
+            self.add_node(peers)
 
     # ------------------------------------------------------------------ plumbing
     def trace(self, text: str) -> None:
         if self._trace is not None:
-            self._trace(
-                f"t={self.now // self.cfg.tick_steps}.{self.now % self.cfg.tick_steps} {text}"
-            )
+            ts = self.cfg.tick_steps
+            self._trace(f"t={self.now // ts}.{self.now % ts} {text}")
 
-    def _add_node(self, peers: tuple[str, ...]) -> SimNode:
+    def add_node(self, peers: tuple[str, ...]) -> SimNode:
         nid = f"n{self.next_id}"
         self.next_id += 1
-        node = SimNode(nid, self.raft_cfg, str(self.seed), peers, self.cfg.segment_bytes)
+        node = SimNode(nid, self.raft_cfg, str(self.seed), peers, self.cfg.segment_bytes,
+                       self.cfg.sm)
+        node.send = self._send
+        node.ready_hook = self._on_ready
+        node.commit_hook = lambda n, e: self.checker.on_commit(n.id, e)
+        node.applied_hook = self._on_apply
+        node.restored_hook = self._on_restore
+        node.done_hook = self._on_done
+        node.removed_hook = self._on_removed
         self.nodes[nid] = node
-        self.phase[nid] = self.rng.randrange(self.cfg.tick_steps)
-        self._start(node)
+        ts = self.cfg.tick_steps
+        self.phase[nid] = self.rng.randrange(ts)
+        drift = self.rates.drift and self.rng.random() < 0.5
+        self.period[nid] = ts + (self.rng.choice((-1, 1)) if drift else 0)
+        self.start(node)
         return node
 
-    def _start(self, node: SimNode) -> None:
+    def start(self, node: SimNode) -> None:
+        self.checker.on_start(node.id)
         corrupt = node.start(self.disk_rng)
         self.stats["restarts"] += 1
         self.trace(f"{node.id}: start" + (f" (corrupt: {corrupt})" if corrupt else ""))
-        if node.sm.index:
-            self._restored(node, None)
-        self._process(node)
+        self.pump(node)
 
     def _send(self, node: SimNode, m: Message) -> None:
-        assert node.core is not None
-        self.checker.on_send(
-            node.id, node.core, m, (node.durable_term, node.durable_vote, node.durable_last)
-        )
+        log = node.log
+        assert log is not None and node.driver is not None
+        hs = log.durable_hs
+        self.checker.on_send(node.id, m, (hs.term, hs.vote, log.durable_last))
         if self._trace is not None:
             self.trace(f"  send {_msg(m)}")
         self.net.send(self.now, m)
 
     def _on_ready(self, node: SimNode, rd: Ready) -> None:
-        assert node.core is not None
+        assert node.driver is not None
         if rd.soft_state is not None and self._trace is not None:
             ss = rd.soft_state
             self.trace(f"{node.id}: {ss.role.value} term={ss.term} leader={ss.leader or '-'}")
-        self.checker.on_ready(node.id, node.core, rd)
+        if rd.soft_state is not None and rd.soft_state.role is Role.LEADER and self.in_safety:
+            self.faults.new_leader(node.id)
+        if rd.snapshot is not None:
+            node.snapshot_meta = rd.snapshot.meta
+        self.checker.on_ready(node.id, node.driver.core, rd)
 
     def _on_apply(self, node: SimNode, e: Entry) -> None:
-        self.checker.on_apply(node.id, e, node.sm.digest)
-        pend = self.pending.get(node.id)
-        while pend and pend[0][0] <= e.index:
-            index, term, pid = pend.pop(0)
-            if index == e.index and term == e.term and e.data == pid:
-                self.acked[pid] = index
-                if self._trace is not None:
-                    self.trace(f"{node.id}: ack {pid.decode()} at {index}")
+        self.checker.on_apply(node.id, e, node.sm.digest())
 
-    def _restored(self, node: SimNode, snap: Snapshot | None) -> None:
-        assert node.core is not None
-        if snap is None:
-            snap = node.core.log.snapshot
-        if snap is not None:
-            self.checker.on_restore(node.id, snap, node.sm.digest)
-            pend = self.pending.get(node.id)
-            while pend and pend[0][0] <= snap.meta.index:
-                pend.pop(0)  # outcome unknown to this client: never acknowledged
+    def _on_restore(self, node: SimNode, meta: SnapshotMeta) -> None:
+        self.checker.on_restore(node.id, meta, node.sm.digest())
 
-    def _process(self, node: SimNode) -> None:
-        before = node.core.log.snapshot if node.core else None
-        ok = node.process(
-            self.disk_rng,
-            lambda m: self._send(node, m),
-            self._on_ready,
-            self._on_apply,
-            lambda n, s: self._restored(n, s),
-        )
-        if not ok:
+    def _on_done(self, node: SimNode, token: object, outcome: Outcome) -> None:
+        if isinstance(token, bytes) and isinstance(outcome, Applied):
+            self.acked[token] = outcome.index
+            if self._trace is not None:
+                self.trace(f"{node.id}: ack {token.decode()} at {outcome.index}")
+
+    def _on_removed(self, node: SimNode) -> None:
+        self.stats["removed"] += 1
+        self.trace(f"{node.id}: removed from the group, stops")
+
+    def pump(self, node: SimNode) -> None:
+        driver = node.driver
+        before = driver.core.log.snapshot if driver is not None else None
+        outcome = node.pump(self.now, self.disk_rng)
+        if outcome == "crash":
             self.stats["sync_crashes"] += 1
-            self.trace(f"{node.id}: crashed inside fsync")
-            self._after_crash(node)
-        elif node.core is not None and node.core.log.snapshot is not before:
+            self.trace(f"{node.id}: power lost inside an fsync")
+            self.faults.after_crash(node)
+        elif outcome == "failed":
+            assert driver is not None
+            self.stats["io_errors"] += 1
+            self.trace(f"{node.id}: stopped on a storage error: {driver.error}")
+            # The kernel may have dropped the pages it could not write: on restart the
+            # disk holds what was durable, and maybe some of the rest.
+            node.crash(self.disk_rng)
+            self.faults.after_crash(node)
+        elif driver is not None and driver.core.log.snapshot is not before:
             self.stats["snapshots"] += 1
 
     # ------------------------------------------------------------------ the clock
@@ -191,17 +207,19 @@ class World:
         now = self.now
         for m in self.net.due(now):
             node = self.nodes.get(m.to)
-            if node is None or not node.up or node.core is None:
+            if node is None or not node.up or node.driver is None:
                 continue
             if self._trace is not None:
                 self.trace(f"  recv {_msg(m)}")
-            node.core.step(m)
-            self._process(node)
-        ts = self.cfg.tick_steps
+            node.driver.receive(m)
+            self.pump(node)
         for nid, node in self.nodes.items():
-            if node.up and node.core is not None and (now + self.phase[nid]) % ts == 0:
-                node.core.tick()
-                self._process(node)
+            if not node.up or node.driver is None:
+                continue
+            if (now + self.phase[nid]) % self.period[nid] == 0:
+                node.driver.tick()
+            self.pump(node)
+        self.checker.check_electable(self)
         self.now += 1
 
     def run(self) -> SeedResult:
@@ -220,34 +238,36 @@ class World:
             messages=self.net.sent,
             leaders=len(self.checker.leaders),
         )
-        return SeedResult(
-            self.seed, self.cfg.nodes, ok, error, self.now // self.cfg.tick_steps, stats
-        )
+        ticks = self.now // self.cfg.tick_steps
+        return SeedResult(self.seed, self.cfg.nodes, ok, error, ticks, stats, self.cfg.sm_name)
 
     # ------------------------------------------------------------------ phases
     def safety_phase(self) -> None:
         ts = self.cfg.tick_steps
         for _ in range(self.cfg.safety_ticks):
-            self.faults()
+            self.faults.strike()
             self.clients()
             for _ in range(ts):
                 self.step()
 
     def liveness_phase(self) -> None:
         self.trace("--- liveness phase: heal everything, restart everyone ---")
+        self.in_safety = False
         self.net.heal()
         self.net.cfg.drop = 0.0
         self.net.cfg.duplicate = 0.0
+        self.net.cfg.long_delay = 0.0
         for node in self.nodes.values():
-            node.crash_in_sync = False
-            if not node.up:
-                self._start(node)
+            node.crash_in_io = False
+            node.fail_in_io = None
+            if not node.up and not self.retired(node):
+                self.start(node)
         ts = self.cfg.tick_steps
         start = self.now
         live: bytes | None = None
         for tick in range(self.cfg.liveness_ticks):
             if tick % 5 == 0 and (live is None or live not in self.acked):
-                live = self._propose_on_leader(b"live")
+                live = self.propose_on_leader(b"live")
             if live is not None and live in self.acked and self._all_applied(self.acked[live]):
                 self._check_acked()
                 self.trace(f"--- live after {(self.now - start) // ts} ticks ---")
@@ -260,40 +280,45 @@ class World:
             f"{self.cfg.liveness_ticks} ticks of healing (leader: {leader or 'none'})"
         )
 
+    def retired(self, node: SimNode) -> bool:
+        """Removed from the group (it knows, and stopped for good)."""
+        return node.driver is not None and node.driver.state is State.REMOVED
+
     def leader(self) -> str | None:
         best: tuple[int, str] | None = None
         for nid, node in self.nodes.items():
-            core = node.core
-            is_leader = node.up and core is not None and core.role is Role.LEADER
-            if is_leader and core is not None and (best is None or core.term > best[0]):
-                best = (core.term, nid)
+            d = node.driver
+            leads = node.up and d is not None and d.core.role is Role.LEADER
+            if leads and d is not None and (best is None or d.core.term > best[0]):
+                best = (d.core.term, nid)
         return best[1] if best else None
 
-    def _all_applied(self, index: int) -> bool:
+    def members(self) -> tuple[str, ...]:
         lead = self.leader()
-        if lead is None:
+        assert lead is not None
+        d = self.nodes[lead].driver
+        assert d is not None
+        m = d.core.membership
+        return (*m.voters, *m.learners)
+
+    def _all_applied(self, index: int) -> bool:
+        if self.leader() is None:
             return False
-        core = self.nodes[lead].core
-        assert core is not None
-        m = core.membership
-        for nid in (*m.voters, *m.learners):
-            node = self.nodes[nid]
-            if not node.up or node.sm.index < index:
+        for nid in self.members():
+            d = self.nodes[nid].driver
+            if not self.nodes[nid].up or d is None or d.core.applied < index:
                 return False
         return True
 
     def _check_acked(self) -> None:
-        lead = self.leader()
-        assert lead is not None
-        core = self.nodes[lead].core
-        assert core is not None
-        members = (*core.membership.voters, *core.membership.learners)
+        members = self.members()
         for pid, index in self.acked.items():
             c = self.checker.committed.get(index)
             if c is None or c[1] != pid:
                 raise Violation(f"acknowledged {pid.decode()} at {index} is not committed")
             for nid in members:
-                if self.nodes[nid].sm.index < index:
+                d = self.nodes[nid].driver
+                if d is None or d.core.applied < index:
                     raise Violation(f"{nid} has not applied acknowledged {pid.decode()}")
 
     # ------------------------------------------------------------------ clients
@@ -301,163 +326,33 @@ class World:
         r = self.client_rng
         if r.random() < self.cfg.propose_per_tick:
             for _ in range(r.randint(1, 3)):
-                self._propose_on_leader(b"p")
+                self.propose_on_leader(b"p")
 
-    def _propose_on_leader(self, prefix: bytes) -> bytes | None:
+    def propose_on_leader(self, prefix: bytes) -> bytes | None:
         """Propose on a random live node, forwarding once to the leader it names."""
-        ups = [n for n in self.nodes.values() if n.up and n.core is not None]
+        ups = [n for n in self.nodes.values() if n.up and n.driver is not None]
         if not ups:
             return None
         node = self.client_rng.choice(ups)
         self.proposals += 1
         pid = prefix + b"%d" % self.proposals
         for _ in range(2):
-            core = node.core
-            assert core is not None
+            driver = node.driver
+            assert driver is not None
             try:
-                index = core.propose(pid)
+                driver.propose(pid, pid)
             except NotLeader as exc:
                 nxt = self.nodes.get(exc.leader)
-                if nxt is None or not nxt.up or nxt.core is None:
+                if nxt is None or not nxt.up or nxt.driver is None:
                     return None
                 node = nxt
                 continue
             except RaftError:
                 return None
-            self.pending.setdefault(node.id, []).append((index, core.term, pid))
-            self.trace(f"{node.id}: propose {pid.decode()} at {index}")
-            self._process(node)
+            self.trace(f"{node.id}: propose {pid.decode()}")
+            self.pump(node)
             return pid
         return None
-
-    # ------------------------------------------------------------------ faults
-    def faults(self) -> None:
-        r, cfg = self.rng, self.cfg
-        ups = [n for n in self.nodes.values() if n.up]
-        downs = [n for n in self.nodes.values() if not n.up]
-        if ups and r.random() < cfg.crash_per_tick:
-            node = r.choice(ups)
-            if r.random() < cfg.crash_in_sync:
-                node.crash_in_sync = True
-                self.trace(f"{node.id}: will crash inside its next fsync")
-            else:
-                self.stats["crashes"] += 1
-                self.trace(f"{node.id}: crash")
-                node.crash(self.disk_rng)
-                self._after_crash(node)
-        if downs and r.random() < cfg.restart_per_tick:
-            self._start(r.choice(downs))
-        if r.random() < cfg.partition_per_tick:
-            self._partition()
-        if self.net.cut and r.random() < cfg.heal_per_tick:
-            self.trace("heal")
-            self.net.heal()
-        if r.random() < cfg.change_per_tick:
-            self._change_membership()
-        if r.random() < cfg.transfer_per_tick:
-            lead = self.leader()
-            if lead is not None:
-                core = self.nodes[lead].core
-                assert core is not None
-                try:
-                    to = core.transfer_leadership()
-                    self.stats["transfers"] += 1
-                    self.trace(f"{lead}: transfer leadership to {to}")
-                except RaftError:
-                    pass
-                self._process(self.nodes[lead])
-
-    def _after_crash(self, node: SimNode) -> None:
-        self.pending.pop(node.id, None)
-        if self.rng.random() < self.cfg.corrupt_on_crash and not self._any_corrupt():
-            self._corrupt(node.disk, node.id)
-
-    def _any_corrupt(self) -> bool:
-        """Is a replica damaged and not yet repaired? (One at a time: two damaged replicas
-        of three could no longer elect a leader, by design.)"""
-        for nid, node in self.nodes.items():
-            if node.up and node.core is not None and node.core.corrupt:
-                return True
-            if node.disk.exists(f"{WAL_DIR}/CORRUPT") or (nid in self.damaged and not node.up):
-                return True
-        return False
-
-    def _corrupt(self, disk: MemDisk, nid: str) -> None:
-        """Flip a byte of a durable record that is not the last one of the log (a bad last
-        record is indistinguishable from a torn write, and is treated as one)."""
-        names = disk.list(WAL_DIR)
-        segs = [n for n in names if n.startswith("seg-") and n.endswith(".wal")]
-        snaps = [n for n in names if n.startswith("snap-") and n.endswith(".snap")]
-        choices: list[tuple[str, int]] = []
-        for k, name in enumerate(segs):
-            data = disk.read(f"{WAL_DIR}/{name}")
-            limit = len(data) if k < len(segs) - 1 else _last_record_start(data)
-            if limit > 0:
-                choices.append((name, limit))
-        for name in snaps:
-            choices.append((name, len(disk.read(f"{WAL_DIR}/{name}"))))
-        if not choices:
-            return
-        name, limit = self.rng.choice(choices)
-        offset = self.rng.randrange(limit)
-        disk.corrupt(f"{WAL_DIR}/{name}", offset)
-        self.damaged.add(nid)
-        self.stats["corruptions"] += 1
-        self.trace(f"{nid}: corrupt {name} at offset {offset}")
-
-    def _partition(self) -> None:
-        ids = list(self.nodes)
-        self.rng.shuffle(ids)
-        if self.rng.random() < 0.4:
-            groups = [ids[:1], ids[1:]]
-        else:
-            cut = self.rng.randint(1, len(ids) - 1)
-            groups = [ids[:cut], ids[cut:]]
-        self.net.partition(groups)
-        self.stats["partitions"] += 1
-        self.trace("partition " + " | ".join(" ".join(sorted(g)) for g in groups))
-
-    def _change_membership(self) -> None:
-        lead = self.leader()
-        if lead is None:
-            return
-        core = self.nodes[lead].core
-        assert core is not None
-        m = core.membership
-        r = self.rng
-        caught_up = [n for n in m.learners if core.learner_caught_up(n)]
-        max_members = self.cfg.nodes + 2
-        min_voters = 3  # with two voters one damaged replica could stop elections
-        if caught_up:
-            change = MembershipChange(ChangeKind.PROMOTE, r.choice(caught_up))
-        elif len(m.voters) + len(m.learners) < max_members and r.random() < 0.6:
-            change = MembershipChange(ChangeKind.ADD_LEARNER, f"n{self.next_id}")
-        elif len(m.voters) > min_voters or m.learners:
-            victims = list(m.learners) or list(m.voters)
-            change = MembershipChange(ChangeKind.REMOVE, r.choice(victims))
-        else:
-            return
-        try:
-            index = core.change_membership(change)
-        except (RaftError, ValueError) as exc:
-            self.trace(f"{lead}: {change.kind.value} {change.node} refused: {exc}")
-            return
-        self.stats["changes"] += 1
-        self.trace(f"{lead}: {change.kind.value} {change.node} at {index}")
-        if change.kind is ChangeKind.ADD_LEARNER:
-            self._add_node(())
-        self._process(self.nodes[lead])
-
-
-def _last_record_start(data: bytes) -> int:
-    """Offset where the last valid record of a segment starts (0 if one or none)."""
-    pos, last = 0, 0
-    while pos < len(data):
-        rec = decode_at(data, pos)
-        if isinstance(rec, str):
-            break
-        last, pos = pos, rec.end
-    return last
 
 
 def _msg(m: Message) -> str:

@@ -1,4 +1,4 @@
-"""Accounts, users and permissions, built from the config.
+"""Authentication: who a CONNECT is, from the config's users, nkeys, token or operator mode.
 
 An account is a subject space: its own sublist. Users from ``authorization {}`` land in the
 global account ``$G``; users listed under ``accounts { NAME { users = [...] } }`` land in NAME.
@@ -8,56 +8,27 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
 from typing import Any
 
 import bcrypt
 
-from jetraft.config import ServerConfig
-from jetraft.protocol.subjects import filters_overlap, is_subset, subject_matches
+from jetraft.config import ServerConfig, UserConfig
 from jetraft.server.core.accounts import GLOBAL_ACCOUNT, Account
+from jetraft.server.core.auth_jwt import OperatorAuthority
+from jetraft.server.core.identity import (
+    ConnectInfo,
+    Permissions,
+    SubjectRule,
+    User,
+    allowed,
+    check_signature,
+    perms_from_config,
+)
+from jetraft.server.core.tls import map_certificate
 
-
-@dataclass(frozen=True, slots=True)
-class SubjectRule:
-    """Allow/deny lists for one direction. An empty allow list allows everything."""
-
-    allow: tuple[str, ...] = ()
-    deny: tuple[str, ...] = ()
-
-    def permits_publish(self, subject: str) -> bool:
-        if self.allow and not any(subject_matches(a, subject) for a in self.allow):
-            return False
-        return not any(subject_matches(d, subject) for d in self.deny)
-
-    def permits_subscribe(self, filter_subject: str) -> bool:
-        if self.allow and not any(is_subset(filter_subject, a) for a in self.allow):
-            return False
-        return not any(is_subset(filter_subject, d) for d in self.deny)
-
-    def delivery_denied(self, filter_subject: str, subject: str) -> bool:
-        """A wildcard subscription that overlaps a deny rule must not see the denied subjects."""
-        return any(
-            filters_overlap(filter_subject, d) and subject_matches(d, subject) for d in self.deny
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Permissions:
-    publish: SubjectRule | None = None
-    subscribe: SubjectRule | None = None
-    # allow_responses: may publish to the reply subject of a received request this many times.
-    responses_max: int = 0
-    responses_expires_ns: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    name: str
-    password: str  # plain text or a bcrypt hash ("$2a$", "$2b$", "$2y$")
-    account: Account
-    permissions: Permissions | None = None
-    token: str = ""
+__all__ = ["Authenticator", "ConnectInfo", "Permissions", "SubjectRule", "User"]
 
 
 def _is_bcrypt(secret: str) -> bool:
@@ -65,61 +36,134 @@ def _is_bcrypt(secret: str) -> bool:
 
 
 class Authenticator:
-    """Decides who a CONNECT is. bcrypt checks are slow, so callers run them off the loop."""
+    """Decides who a CONNECT is. bcrypt checks are slow, so callers run them off the loop.
 
-    def __init__(self, cfg: ServerConfig) -> None:
+    The order is nats-server's: a user JWT in operator mode; else an nkey; else a user (by the
+    client certificate with ``verify_and_map``, else by name); else the token; the
+    ``no_auth_user`` stands in for a CONNECT without credentials.
+    """
+
+    def __init__(self, cfg: ServerConfig, clock: Callable[[], float] = time.time) -> None:
         self.accounts: dict[str, Account] = {GLOBAL_ACCOUNT: Account(GLOBAL_ACCOUNT)}
         self.users: dict[str, User] = {}
+        self.nkeys: dict[str, User] = {}
         self.token = ""
         self._verified: set[bytes] = set()
+        self._clock = clock
         for acc_cfg in cfg.accounts:
             acc = self.accounts.setdefault(acc_cfg.name, Account(acc_cfg.name))
             for u in acc_cfg.users:
-                self.users[u.user] = User(u.user, u.password, acc, _perms(u.permissions))
+                self._add_user(u, acc)
         auth = cfg.authorization
         if auth is not None:
             glob = self.accounts[GLOBAL_ACCOUNT]
             if auth.user:
                 self.users[auth.user] = User(auth.user, auth.password, glob)
             for u in auth.users:
-                acc = self.accounts.get(u.account or GLOBAL_ACCOUNT, glob)
-                self.users[u.user] = User(u.user, u.password, acc, _perms(u.permissions))
+                self._add_user(u, self.accounts.get(u.account or GLOBAL_ACCOUNT, glob))
             self.token = auth.token
+        self.operator: OperatorAuthority | None = None
+        if cfg.operator is not None:
+            self.operator = OperatorAuthority(cfg.operator, self.accounts, clock)
         self.system_account_name = cfg.system_account or ""
         self.no_auth_user = cfg.no_auth_user or ""
-        if self.no_auth_user and self.no_auth_user not in self.users:
+        if self.no_auth_user and not (
+            self.no_auth_user in self.users or self.no_auth_user in self.nkeys
+        ):
             raise ValueError(f"no_auth_user {self.no_auth_user!r} is not a configured user")
+        tls = cfg.tls
+        self.tls_map = tls is not None and tls.verify_and_map
+        # nats-server's reading of the seeds' config: when the only users are the system
+        # account's (no other account, no authorization block, no no_auth_user), a client
+        # without credentials lands in the global account; credentials are still checked.
+        self.anonymous_global = (
+            set(self.accounts) == {GLOBAL_ACCOUNT, self.system_account_name}
+            and auth is None
+            and not self.no_auth_user
+            and self.operator is None
+        )
+
+    def _add_user(self, u: UserConfig, acc: Account) -> None:
+        user = User(
+            u.identity, u.password, acc, perms_from_config(u.permissions), nkey=u.nkey,
+            connection_types=u.connection_types,
+        )
+        (self.nkeys if u.nkey else self.users)[u.identity] = user
 
     @property
     def required(self) -> bool:
-        return bool(self.users or self.token)
+        return bool(self.users or self.nkeys or self.token or self.operator)
+
+    @property
+    def nonce_required(self) -> bool:
+        """INFO carries a ``nonce`` for clients to sign (nkey users or operator mode)."""
+        return bool(self.nkeys or self.operator)
+
+    def account_connection_limit(self, account: Account) -> int:
+        """Active connections the account allows (its JWT's ``conn``), -1 for no limit."""
+        if self.operator is None:
+            return -1
+        return self.operator.account_connection_limit(account)
 
     def global_account(self) -> Account:
         return self.accounts[GLOBAL_ACCOUNT]
 
     def needs_slow_check(self, options: dict[str, Any]) -> bool:
+        if self.operator is not None or self.tls_map or options.get("nkey"):
+            return False
         user = self.users.get(str(options.get("user", "")))
         return user is not None and _is_bcrypt(user.password)
 
-    def authenticate(self, options: dict[str, Any]) -> User | Account | None:
+    def authenticate(
+        self, options: dict[str, Any], info: ConnectInfo | None = None
+    ) -> User | Account | None:
         """Return the user (or, without auth, the global account) for a CONNECT, else None."""
         if not self.required:
             return self.global_account()
-        name = options.get("user")
+        info = info or ConnectInfo()
+        if self.operator is not None:
+            return self.operator.authenticate(options, info)
+        anonymous = not any(options.get(k) for k in ("user", "pass", "auth_token", "nkey"))
+        if self.nkeys:
+            key = options.get("nkey")
+            if anonymous and self.no_auth_user in self.nkeys:
+                return allowed(self.nkeys[self.no_auth_user])
+            if isinstance(key, str) and key:
+                user = self.nkeys.get(key)
+                if user is None or not check_signature(key, info.nonce, options.get("sig")):
+                    return None
+                return allowed(user)
+        if self.users:
+            if self.tls_map:
+                return self._by_certificate(info)
+            name = options.get("user")
+            if anonymous and self.no_auth_user in self.users:
+                return allowed(self.users[self.no_auth_user])
+            if isinstance(name, str) and name:
+                user = self.users.get(name)
+                password = options.get("pass", "")
+                if user is None or not isinstance(password, str):
+                    return None
+                return allowed(user) if self._check(user.password, password) else None
+        if anonymous and self.anonymous_global:
+            return self.global_account()
         token = options.get("auth_token")
-        if self.token and isinstance(token, str):
-            if hmac.compare_digest(token.encode(), self.token.encode()):
-                return self.global_account()
-            return None
-        if isinstance(name, str) and name:
-            user = self.users.get(name)
-            password = options.get("pass", "")
-            if user is None or not isinstance(password, str):
-                return None
-            return user if self._check(user.password, password) else None
-        if self.no_auth_user and not token:
-            return self.users[self.no_auth_user]
+        if (
+            self.token
+            and isinstance(token, str)
+            and hmac.compare_digest(token.encode(), self.token.encode())
+        ):
+            return self.global_account()
         return None
+
+    def _by_certificate(self, info: ConnectInfo) -> User | None:
+        """``verify_and_map``: the client certificate names the user; CONNECT's user and
+        password play no part (nats-server ignores them too)."""
+        if info.peer_cert is None:
+            return None
+        users = self.users
+        name = map_certificate(info.peer_cert, users.__contains__, list(users))
+        return allowed(users[name]) if name else None
 
     def _check(self, secret: str, given: str) -> bool:
         if not _is_bcrypt(secret):
@@ -136,23 +180,3 @@ class Authenticator:
         if ok:
             self._verified.add(key)
         return ok
-
-
-def _perms(cfg: Any) -> Permissions | None:
-    if cfg is None:
-        return None
-    pub = _rule(getattr(cfg, "publish", None))
-    sub = _rule(getattr(cfg, "subscribe", None))
-    resp = getattr(cfg, "allow_responses", None)
-    if resp is None:
-        return Permissions(pub, sub)
-    if pub is None:
-        # allow_responses without publish rules: the user may publish replies and nothing else.
-        pub = SubjectRule(deny=(">",))
-    return Permissions(pub, sub, max(int(resp.max_msgs), 1), int(resp.expires_ns))
-
-
-def _rule(cfg: Any) -> SubjectRule | None:
-    if cfg is None:
-        return None
-    return SubjectRule(tuple(cfg.allow), tuple(cfg.deny))

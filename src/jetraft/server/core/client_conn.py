@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
@@ -14,14 +15,23 @@ from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
 from jetraft.server.core.accounts import Account, Subscription
-from jetraft.server.core.auth import Authenticator, Permissions, User
+from jetraft.server.core.auth import Authenticator, ConnectInfo, Permissions, User
 from jetraft.server.core.router import Router
+from jetraft.server.core.tls import peer_certificate
 
 log = logging.getLogger("jetraft.client")
 
 # Frames are written at the end of each loop turn, or earlier once this many bytes are waiting,
 # so one big read from a publisher does not pile up unbounded before the first write.
 _FLUSH_BYTES = 256 * 1024
+# nats-server's allow_responses bookkeeping: prune used-up and expired reply permissions once
+# this many were added since the last prune, or a second has passed.
+REPLY_PERM_PRUNE_COUNT = 4096
+REPLY_PERM_PRUNE_NS = 1_000_000_000
+# Beyond nats-server: a hard cap on remembered reply permissions per connection, so that
+# requests sent faster than they expire cannot grow one responder's table without bound. The
+# oldest (first to expire) go first.
+REPLY_PERM_MAX = 65536
 
 
 @dataclass(slots=True)
@@ -74,6 +84,7 @@ class ClientConnection(asyncio.Protocol):
         self.connected = False  # CONNECT accepted
         self.closed = False
         self.echo = True
+        self.protocol = 0  # 1: understands async INFO (cluster changes, lame duck mode)
         self.verbose = False
         self.pedantic = False
         self.headers = False
@@ -95,7 +106,14 @@ class ClientConnection(asyncio.Protocol):
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self._flush_scheduled = False
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
+        self._resp_since_prune = 0
+        self._resp_last_prune_ns = 0
         self._auth_timer: asyncio.TimerHandle | None = None
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._max_subs = opts.max_subscriptions  # 0: no limit
+        self._max_payload_user = -1
+        # The nonce nkey and JWT users sign (INFO ``nonce``), as nats-server: random, base64url.
+        self.nonce = secrets.token_urlsafe(11) if server.auth.nonce_required else ""
         self.reason = ""
 
     # --- asyncio.Protocol ------------------------------------------------------------------
@@ -180,6 +198,8 @@ class ClientConnection(asyncio.Protocol):
         self._plain = False
         if self._auth_timer is not None:
             self._auth_timer.cancel()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
         if self.transport is not None:
             self.transport.close()
         self.server.client_closed(self)
@@ -231,6 +251,7 @@ class ClientConnection(asyncio.Protocol):
         protocol = o.get("protocol", 0)
         if not isinstance(protocol, int) or not 0 <= protocol <= 1:
             raise proto.ProtocolError("invalid client protocol")
+        self.protocol = protocol
         self.verbose = bool(o.get("verbose", False))
         self.pedantic = bool(o.get("pedantic", False))
         self.echo = bool(o.get("echo", True))
@@ -242,14 +263,15 @@ class ClientConnection(asyncio.Protocol):
         self.lang = str(o.get("lang", ""))
         self.version = str(o.get("version", ""))
         auth = self.server.auth
+        info = ConnectInfo(self.nonce.encode(), peer_certificate(self.transport), self.host)
         if auth.needs_slow_check(o):
             # bcrypt takes ~0.2 s: check in a thread, park the parser, stop reading meanwhile.
-            task = self.server.loop.run_in_executor(None, auth.authenticate, o)
+            task = self.server.loop.run_in_executor(None, auth.authenticate, o, info)
             task.add_done_callback(self._auth_done)
             if self.transport is not None:
                 self.transport.pause_reading()
             return True
-        self._bind(auth.authenticate(o))
+        self._bind(auth.authenticate(o, info))
         return False
 
     def _auth_done(self, fut: asyncio.Future[User | Account | None]) -> None:
@@ -274,16 +296,46 @@ class ClientConnection(asyncio.Protocol):
             self.user = who
             self.account = who.account
             self.perms = who.permissions
+            if not self._apply_user_limits(who):
+                return
         else:
             self.account = who
         self.connected = True
-        self._plain = self.perms is None and not self.pedantic and not self.verbose
+        self._plain = (
+            self.perms is None
+            and not self.pedantic
+            and not self.verbose
+            and self._max_payload_user < 0
+        )
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
         self.server.client_bound(self)
         if self.verbose:
             self.enqueue(proto.OK_FRAME)
+
+    def _apply_user_limits(self, user: User) -> bool:
+        """Limits and expiry that come with the user (JWT users). False: refused and closed."""
+        limit = self.server.auth.account_connection_limit(user.account)
+        if 0 <= limit <= user.account.num_connections:
+            self.fatal("maximum account active connections exceeded")
+            return False
+        if user.max_subscriptions >= 0 and (
+            not self._max_subs or user.max_subscriptions < self._max_subs
+        ):
+            # 0 from a JWT means no subscriptions at all; the server's 0 means no limit.
+            self._max_subs = user.max_subscriptions or -1
+        if self._max_subs < 0:
+            # nats-server: a client already at its limit is told so and closed.
+            self.fatal("maximum subscriptions exceeded")
+            return False
+        self._max_payload_user = user.max_payload
+        if user.expires_at_s:
+            delay = max(user.expires_at_s - time.time(), 0.0)
+            self._expiry_timer = self.server.loop.call_later(
+                delay, self.fatal, user.expired_text
+            )
+        return True
 
     def start_auth_timer(self, timeout_s: float) -> None:
         self._auth_timer = self.server.loop.call_later(timeout_s, self._auth_timeout)
@@ -296,6 +348,9 @@ class ClientConnection(asyncio.Protocol):
     # --- PUB -------------------------------------------------------------------------------
 
     def _pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
+        limit = self._max_payload_user
+        if limit >= 0 and len(payload) + (len(hdr) if hdr is not None else 0) > limit:
+            raise proto.ProtocolError(proto.ERR_MAX_PAYLOAD)
         if self.pedantic and not is_valid_subject(subject):
             self.send_err("Invalid Publish Subject")
             return
@@ -375,12 +430,41 @@ class ClientConnection(asyncio.Protocol):
         if perms.subscribe is not None and perms.subscribe.delivery_denied(sub.subject, subject):
             return False
         if reply and perms.responses_max:
-            expires = time.time_ns() + perms.responses_expires_ns
-            self._resp_allowed[reply] = [
-                perms.responses_max,
-                expires if perms.responses_expires_ns else 0,
-            ]
+            self._track_reply(perms, reply)
         return True
+
+    def _track_reply(self, perms: Permissions, reply: str) -> None:
+        """Remember that ``reply`` may be answered (allow_responses), pruning as nats-server:
+        used-up and expired entries go once 4096 were added or a second passed."""
+        if perms.publish is not None and perms.publish.permits_publish(reply):
+            return  # already allowed: nothing to remember (nats-server skips these too)
+        now = time.time_ns()
+        allowed = self._resp_allowed
+        allowed.pop(reply, None)  # re-inserted last: the dict stays in expiry order
+        allowed[reply] = [
+            perms.responses_max, now + perms.responses_expires_ns if perms.responses_expires_ns
+            else 0,
+        ]
+        self._resp_since_prune += 1
+        if (
+            self._resp_since_prune > REPLY_PERM_PRUNE_COUNT
+            or now - self._resp_last_prune_ns > REPLY_PERM_PRUNE_NS
+        ):
+            self.prune_reply_permissions(now)
+        while len(allowed) > REPLY_PERM_MAX:
+            del allowed[next(iter(allowed))]
+
+    def prune_reply_permissions(self, now_ns: int) -> None:
+        self._resp_allowed = {
+            k: v for k, v in self._resp_allowed.items() if v[0] > 0 and not (v[1] and now_ns > v[1])
+        }
+        self._resp_since_prune = 0
+        self._resp_last_prune_ns = now_ns
+
+    @property
+    def reply_permissions(self) -> int:
+        """How many reply subjects this connection may still answer (for tests and /connz)."""
+        return len(self._resp_allowed)
 
     # --- SUB / UNSUB -----------------------------------------------------------------------
 
@@ -398,6 +482,12 @@ class ClientConnection(asyncio.Protocol):
             if queue:
                 text += f' using queue "{queue}"'
             self.send_err(text)
+            return
+        limit = self._max_subs
+        if limit and len(self.subs) >= max(limit, 0):
+            # Not fatal, as from nats-server: the client is told, the subscription is not made.
+            # Checked before the repeated-SID case, in nats-server's order.
+            self.send_err("maximum subscriptions exceeded")
             return
         if sid in self.subs:
             # A repeated SID is ignored, as nats-server does.

@@ -4,7 +4,9 @@ publish through these, so their traffic takes the same routing path as everyone 
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 from jetraft.server.core.accounts import Account, Subscription
@@ -32,6 +34,9 @@ class InternalClient:
         self.subs: dict[str, Subscription] = {}
         self._handlers: dict[str, Handler] = {}
         self._next_sid = 1
+        self._inbox = ""  # "_INBOX.<random>." once a request was made
+        self._replies: dict[str, asyncio.Future[tuple[bytes | None, bytes]]] = {}
+        self._next_reply = 1
 
     def subscribe(self, subject: str, handler: Handler, queue: str | None = None) -> Subscription:
         sid = str(self._next_sid)
@@ -51,6 +56,37 @@ class InternalClient:
         for sub in list(self.subs.values()):
             self.unsubscribe(sub)
         self.closed = True
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError("internal client closed"))
+        self._replies.clear()
+
+    async def request(
+        self, subject: str, data: bytes = b"", timeout_s: float = 1.0
+    ) -> tuple[bytes | None, bytes] | None:
+        """Publish with a reply subject and wait for the first answer: (headers, payload),
+        or None when none came in time. All requests share one wildcard inbox."""
+        if not self._inbox:
+            self._inbox = f"_INBOX.{secrets.token_hex(8)}."
+            self.subscribe(self._inbox + "*", self._on_reply)
+        token = str(self._next_reply)
+        self._next_reply += 1
+        fut: asyncio.Future[tuple[bytes | None, bytes]] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self._replies[token] = fut
+        try:
+            self.publish(subject, data, reply=self._inbox + token)
+            return await asyncio.wait_for(fut, timeout_s)
+        except (TimeoutError, ConnectionError):
+            return None
+        finally:
+            self._replies.pop(token, None)
+
+    def _on_reply(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        fut = self._replies.get(subject[len(self._inbox) :])
+        if fut is not None and not fut.done():
+            fut.set_result((hdr, data))
 
     def publish(
         self, subject: str, data: bytes = b"", reply: str | None = None, hdr: bytes | None = None

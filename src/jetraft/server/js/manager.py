@@ -18,7 +18,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +42,12 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
+from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
+from jetraft.server.js.limits import check_stream_limits, limits_body
+from jetraft.server.js.replies import send_slices
 from jetraft.server.js.store_glue import (
     TRASH_PREFIX,
     MetaError,
@@ -202,6 +205,12 @@ class JsAccount:
         elif isinstance(out, list):
             for item in out:
                 publish(reply, item.data, None, item.hdr)
+        elif isinstance(out, Iterator):
+            send_slices(self.api_client, reply, out)
+
+    @property
+    def max_pending(self) -> int:
+        return self.server.config.max_pending
 
     # --- StreamApiContext --------------------------------------------------------------------
 
@@ -233,43 +242,10 @@ class JsAccount:
         return time.time_ns()
 
     def limits(self) -> dict[str, Any]:
-        lim = self.account_limits
-        js = self.manager.config
-        if lim is None:
-            return {
-                "max_memory": js.max_memory_store,
-                "max_storage": js.max_file_store,
-                "max_streams": -1,
-                "max_consumers": -1,
-                "max_ack_pending": -1,
-                "memory_max_stream_bytes": -1,
-                "storage_max_stream_bytes": -1,
-                "max_bytes_required": False,
-            }
-        return {
-            "max_memory": lim.max_memory,
-            "max_storage": lim.max_store,
-            "max_streams": lim.max_streams,
-            "max_consumers": lim.max_consumers,
-            "max_ack_pending": lim.max_ack_pending,
-            "memory_max_stream_bytes": lim.memory_max_stream_bytes,
-            "storage_max_stream_bytes": lim.store_max_stream_bytes,
-            "max_bytes_required": lim.max_bytes_required,
-        }
+        return limits_body(self.manager.config, self.account_limits)
 
     def _check_account_limits(self, cfg: StreamConfig, creating: bool) -> None:
-        lim = self.account_limits
-        if lim is None:
-            return
-        if creating and 0 <= lim.max_streams <= len(self._streams):
-            raise E.api_error(10027)
-        if lim.max_bytes_required and cfg.max_bytes <= 0:
-            raise E.api_error(10113)
-        stream_cap = (
-            lim.memory_max_stream_bytes if cfg.storage == "memory" else lim.store_max_stream_bytes
-        )
-        if stream_cap > 0 and cfg.max_bytes > stream_cap:
-            raise E.api_error(10122)
+        check_stream_limits(self.account_limits, cfg, len(self._streams), creating)
 
     def _stream_dir(self, name: str, cfg: StreamConfig) -> Path | None:
         if self.base_dir is None or cfg.storage == "memory":
@@ -377,16 +353,20 @@ class JsAccount:
 
 
 class DisabledAccount:
-    """An account without JetStream: API requests get 10039, as from nats-server."""
+    """An account without JetStream: API requests get 10039, as from nats-server. In a
+    cluster only one server answers (``answers``: the meta leader's rule)."""
 
-    def __init__(self, server: JsHost, account: Account) -> None:
+    def __init__(
+        self, server: JsHost, account: Account, answers: Callable[[], bool] | None = None
+    ) -> None:
         self.table = build_table()
+        self.answers = answers
         self.client = InternalClient(server.router, account, "jetstream disabled")
         self.client.subscribe("$JS.API.>", self._on_api)
 
     def _on_api(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         route = self.table.lookup(subject)
-        if route is None or not reply:
+        if route is None or not reply or (self.answers is not None and not self.answers()):
             return
         if route.kind:
             body = encode_json(error_response(route.kind, E.api_error(10039)))
@@ -407,11 +387,15 @@ class JetStreamManager:
         self.config = server.config.jetstream
         self.accounts: dict[str, JsAccount] = {}
         self.disabled: list[DisabledAccount] = []
+        self.clustered: ClusteredJetStream | None = None
 
     async def start(self) -> None:
         store_dir = Path(self.config.store_dir)
         log.info("Starting JetStream, store directory %s", store_dir / "jetstream")
         cfg, accounts = self.server.config, self.server.auth.accounts
+        if self.server.mesh is not None:
+            await self._start_clustered()
+            return
         for account in enabled_accounts(cfg, accounts):
             acct = JsAccount(self, account)
             self.accounts[account.name] = acct
@@ -421,7 +405,21 @@ class JetStreamManager:
             if name not in self.accounts and name != system:
                 self.disabled.append(DisabledAccount(self.server, account))
 
+    async def _start_clustered(self) -> None:
+        cfg, accounts = self.server.config, self.server.auth.accounts
+        enabled = enabled_accounts(cfg, accounts)
+        clustered = ClusteredJetStream(self.server, enabled)
+        self.clustered = clustered
+        await clustered.start()
+        system = system_account_name(cfg)
+        names = {a.name for a in enabled}
+        for name, account in accounts.items():
+            if name not in names and name != system:
+                self.disabled.append(DisabledAccount(self.server, account, clustered.answers_meta))
+
     async def stop(self) -> None:
+        if self.clustered is not None:
+            await self.clustered.stop()
         for acct in self.accounts.values():
             await acct.stop()
         self.accounts.clear()
@@ -431,6 +429,8 @@ class JetStreamManager:
 
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
         """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
+        if self.clustered is not None:
+            return self._clustered_jsz(self.clustered, q)
         totals = {
             "memory": 0,
             "storage": 0,
@@ -477,6 +477,51 @@ class JetStreamManager:
             out["config"]["domain"] = self.config.domain
         if details:
             out["account_details"] = details
+        return out
+
+    def _clustered_jsz(self, cl: ClusteredJetStream, q: Mapping[str, str]) -> dict[str, Any]:
+        memory = storage = messages = nbytes = 0
+        for replica in cl.streams.values():
+            st = replica.stream.store.state()
+            messages += st.msgs
+            nbytes += st.bytes
+            if replica.stream.config.storage == "memory":
+                memory += st.bytes
+            else:
+                storage += st.bytes
+        total = sum(api.stats.total for api in cl.apis.values())
+        errors = sum(api.stats.errors for api in cl.apis.values())
+        from jetraft.jetstream.api import API_LEVEL
+
+        out: dict[str, Any] = {
+            "server_id": self.server.server_id,
+            "now": format_time(time.time_ns()),
+            "config": {
+                "max_memory": self.config.max_memory_store,
+                "max_storage": self.config.max_file_store,
+                "store_dir": str(Path(self.config.store_dir) / "jetstream"),
+                "sync_interval": self.config.sync_interval_ns,
+            },
+            "limits": {},
+            "memory": memory,
+            "storage": storage,
+            "reserved_memory": 0,
+            "reserved_storage": 0,
+            "accounts": len(cl.apis),
+            "ha_assets": sum(1 for r in cl.streams.values() if len(r.sa.peers) > 1),
+            "api": {"level": API_LEVEL, "total": total, "errors": errors},
+            "streams": len(cl.streams),
+            "consumers": 0,
+            "messages": messages,
+            "bytes": nbytes,
+            "meta_cluster": cl.meta_cluster(),
+        }
+        if self.config.domain:
+            out["config"]["domain"] = self.config.domain
+        if self.config.unique_tag:
+            out["config"]["unique_tag"] = self.config.unique_tag
+        if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
+            out["account_details"] = cl.account_details(q.get("streams") in ("1", "true"))
         return out
 
     def _account_detail(

@@ -1,0 +1,188 @@
+"""The meta group's state machine: which streams and consumers exist and where they live.
+
+Deterministic, like the stream and consumer state machines: every JetStream server of a
+cluster applies the same entries in the same order and ends with the same assignments.
+The meta leader decides (validation, placement) and proposes; applying never decides
+anything that could differ between servers.
+
+* ``StreamAssignment``: a stream of an account, its config, its RAFT group's name and the
+  servers that hold it (the first is the preferred leader at creation).
+* ``ConsumerAssignment``: a consumer of a stream, placed on servers of its stream.
+
+Entries: ``AssignStream`` (create, or replace: a config update, a peer change),
+``RemoveStream``, ``AssignConsumer``, ``RemoveConsumer``. ``apply`` returns what changed so
+the server can start, reshape or stop its local replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from jetraft.jetstream.consumer_config import ConsumerConfig
+from jetraft.jetstream.stream_config import StreamConfig
+
+
+class StreamAssignment(msgspec.Struct, frozen=True, array_like=True):
+    account: str
+    config: StreamConfig
+    group: str
+    peers: tuple[str, ...]
+    created_ns: int
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+
+class ConsumerAssignment(msgspec.Struct, frozen=True, array_like=True):
+    account: str
+    stream: str
+    name: str
+    config: ConsumerConfig
+    group: str
+    peers: tuple[str, ...]
+    created_ns: int
+
+
+class AssignStream(msgspec.Struct, frozen=True, tag="sa", array_like=True):
+    sa: StreamAssignment
+
+
+class RemoveStream(msgspec.Struct, frozen=True, tag="rs", array_like=True):
+    account: str
+    name: str
+
+
+class AssignConsumer(msgspec.Struct, frozen=True, tag="ca", array_like=True):
+    ca: ConsumerAssignment
+
+
+class RemoveConsumer(msgspec.Struct, frozen=True, tag="rc", array_like=True):
+    account: str
+    stream: str
+    name: str
+
+
+MetaEntry = AssignStream | RemoveStream | AssignConsumer | RemoveConsumer
+
+_encoder = msgspec.msgpack.Encoder()
+_entry_decoder = msgspec.msgpack.Decoder(MetaEntry)
+
+
+def encode_entry(entry: MetaEntry) -> bytes:
+    return _encoder.encode(entry)
+
+
+def decode_entry(blob: bytes) -> MetaEntry:
+    entry: MetaEntry = _entry_decoder.decode(blob)
+    return entry
+
+
+StreamKey = tuple[str, str]  # (account, stream)
+ConsumerKey = tuple[str, str, str]  # (account, stream, consumer)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamChanged:
+    """A stream was assigned or reassigned (``old`` None: new), or removed (``new`` None).
+    Removing a stream removes its consumers (their removals are reported first)."""
+
+    key: StreamKey
+    old: StreamAssignment | None
+    new: StreamAssignment | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerChanged:
+    key: ConsumerKey
+    old: ConsumerAssignment | None
+    new: ConsumerAssignment | None
+
+
+Change = StreamChanged | ConsumerChanged
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    streams: list[StreamAssignment]
+    consumers: list[ConsumerAssignment]
+
+
+_snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
+
+
+class MetaState:
+    def __init__(self) -> None:
+        self.streams: dict[StreamKey, StreamAssignment] = {}
+        self.consumers: dict[ConsumerKey, ConsumerAssignment] = {}
+
+    def apply(self, entry: MetaEntry) -> list[Change]:
+        if isinstance(entry, AssignStream):
+            sa = entry.sa
+            key = (sa.account, sa.name)
+            old = self.streams.get(key)
+            self.streams[key] = sa
+            return [StreamChanged(key, old, sa)]
+        if isinstance(entry, RemoveStream):
+            key = (entry.account, entry.name)
+            old = self.streams.pop(key, None)
+            if old is None:
+                return []
+            changes: list[Change] = []
+            for ck in [k for k in self.consumers if k[:2] == key]:
+                changes.append(ConsumerChanged(ck, self.consumers.pop(ck), None))
+            changes.append(StreamChanged(key, old, None))
+            return changes
+        if isinstance(entry, AssignConsumer):
+            ca = entry.ca
+            if (ca.account, ca.stream) not in self.streams:
+                return []  # its stream went away before this entry: nothing to assign
+            ckey = (ca.account, ca.stream, ca.name)
+            prev = self.consumers.get(ckey)
+            self.consumers[ckey] = ca
+            return [ConsumerChanged(ckey, prev, ca)]
+        ckey = (entry.account, entry.stream, entry.name)
+        gone = self.consumers.pop(ckey, None)
+        return [ConsumerChanged(ckey, gone, None)] if gone is not None else []
+
+    def stream_consumers(self, account: str, stream: str) -> list[ConsumerAssignment]:
+        return [ca for k, ca in self.consumers.items() if k[:2] == (account, stream)]
+
+    def assets_of(self, server: str) -> tuple[int, int]:
+        """(all, replicated) assets ``server`` holds: placement's measure of load."""
+        total = ha = 0
+        for sa in self.streams.values():
+            if server in sa.peers:
+                total += 1
+                ha += len(sa.peers) > 1
+        for ca in self.consumers.values():
+            if server in ca.peers:
+                total += 1
+                ha += len(ca.peers) > 1
+        return total, ha
+
+    def snapshot(self) -> bytes:
+        snap = _Snapshot(list(self.streams.values()), list(self.consumers.values()))
+        return _encoder.encode(snap)
+
+    def restore(self, blob: bytes) -> list[Change]:
+        """Replace the state by a snapshot's; returns the changes against the old state."""
+        snap = _snapshot_decoder.decode(blob) if blob else _Snapshot([], [])
+        old_streams, old_consumers = self.streams, self.consumers
+        self.streams = {(sa.account, sa.name): sa for sa in snap.streams}
+        self.consumers = {(ca.account, ca.stream, ca.name): ca for ca in snap.consumers}
+        changes: list[Change] = []
+        for ck, ca in old_consumers.items():
+            if self.consumers.get(ck) != ca:
+                changes.append(ConsumerChanged(ck, ca, self.consumers.get(ck)))
+        for sk, sa in old_streams.items():
+            if self.streams.get(sk) != sa:
+                changes.append(StreamChanged(sk, sa, self.streams.get(sk)))
+        for sk, sa in self.streams.items():
+            if sk not in old_streams:
+                changes.append(StreamChanged(sk, None, sa))
+        for ck, ca in self.consumers.items():
+            if ck not in old_consumers:
+                changes.append(ConsumerChanged(ck, None, ca))
+        return changes

@@ -1,0 +1,300 @@
+"""One route: a connection to another server of the cluster.
+
+The accepting side speaks first (INFO); the dialer answers with CONNECT (credentials,
+identity) and its own INFO. A route is *ready* once both sides know each other and the
+accepting side has checked the credentials; only then does it carry interest, messages
+and RAFT traffic. The mesh (``mesh.RouteMesh``) decides whether a ready route is kept
+(cluster name, duplicate names, duplicate routes) and owns everything cluster-wide; this
+class is the socket, the parser and the per-peer state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, cast
+
+from jetraft.protocol import route as rp
+from jetraft.server.core.accounts import Account, Subscription
+
+log = logging.getLogger("jetraft.route")
+
+# Frames are written once per loop turn, or earlier once this many bytes are waiting.
+_FLUSH_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class PeerInfo:
+    """What a route's INFO told us about the server at the other end."""
+
+    server_id: str = ""
+    name: str = ""
+    cluster: str = ""
+    route_url: str = ""  # where other servers can dial it ("" when it did not say)
+    client_urls: list[str] = field(default_factory=list)
+    jetstream: bool = False
+    tags: list[str] = field(default_factory=list)
+    known_routes: list[dict[str, str]] = field(default_factory=list)  # gossip
+    lame_duck: bool = False
+    version: str = ""
+
+    @classmethod
+    def from_fields(cls, f: dict[str, Any]) -> PeerInfo:
+        def strs(key: str) -> list[str]:
+            v = f.get(key) or []
+            return [str(x) for x in v] if isinstance(v, list) else []
+
+        known = f.get("routes")
+        gossip = [r for r in known if isinstance(r, dict)] if isinstance(known, list) else []
+        return cls(
+            server_id=str(f.get("server_id", "")),
+            name=str(f.get("server_name", "")),
+            cluster=str(f.get("cluster", "")),
+            route_url=str(f.get("route_url", "")),
+            client_urls=strs("connect_urls"),
+            jetstream=bool(f.get("jetstream", False)),
+            tags=strs("tags"),
+            known_routes=gossip,
+            lame_duck=bool(f.get("ldm", False)),
+            version=str(f.get("version", "")),
+        )
+
+
+class RouteOwner(Protocol):
+    """What a route needs from the mesh."""
+
+    def info_fields(self) -> dict[str, Any]: ...
+
+    def connect_fields(self, route: RouteConnection) -> dict[str, Any]: ...
+
+    def check_connect(self, route: RouteConnection, fields: dict[str, Any]) -> str:
+        """"" to accept the dialer's CONNECT, else the reason to refuse it."""
+        ...
+
+    def route_info(self, route: RouteConnection, info: PeerInfo, first: bool) -> None:
+        """The peer's first INFO (the route may become ready) or a later update. The
+        dialer answers the first one with CONNECT and its own INFO."""
+        ...
+
+    def route_closed(self, route: RouteConnection) -> None: ...
+
+    def remote_sub(self, route: RouteConnection, sub: rp.RSub) -> None: ...
+
+    def remote_unsub(self, route: RouteConnection, unsub: rp.RUnsub) -> None: ...
+
+    def remote_msg(self, route: RouteConnection, msg: rp.RMsg) -> None: ...
+
+    def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+
+    @property
+    def max_pending(self) -> int: ...
+
+    @property
+    def auth_timeout_s(self) -> float: ...
+
+
+class RouteConnection(asyncio.Protocol):
+    is_route = True
+
+    def __init__(self, owner: RouteOwner, *, solicited: bool, url: str = "") -> None:
+        self.owner = owner
+        self.solicited = solicited
+        self.url = url  # the URL we dialed (solicited routes)
+        self.peer = PeerInfo()
+        self.transport: asyncio.Transport | None = None
+        self.remote_host = ""
+        self.remote_port = 0
+        self.parser = rp.RouteParser()
+        self.authed = solicited  # the accepting side checks CONNECT first
+        self.got_info = False
+        self.ready = False  # accepted by the mesh: carries traffic
+        self.closed = False
+        self.reason = ""
+        self.started = time.time()
+        self.last_activity = self.started
+        self.pings_out = 0
+        self.in_msgs = self.in_bytes = self.out_msgs = self.out_bytes = 0
+        # (account, subject, queue) -> subscription standing for the peer's interest
+        self.subs: dict[tuple[str, str, str | None], tuple[Account, Subscription]] = {}
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_scheduled = False
+        self._auth_timer: asyncio.TimerHandle | None = None
+        self.done: asyncio.Future[None] = owner.loop.create_future()
+
+    def __repr__(self) -> str:
+        who = self.peer.name or self.peer.server_id or f"{self.remote_host}:{self.remote_port}"
+        return f"<route {who} {'out' if self.solicited else 'in'}>"
+
+    # --- asyncio.Protocol --------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple):
+            self.remote_host, self.remote_port = str(peer[0]), int(peer[1])
+        if not self.solicited:
+            self.send(rp.encode_info(self.owner.info_fields()))
+            self._auth_timer = self.owner.loop.call_later(
+                self.owner.auth_timeout_s, self._auth_timeout
+            )
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        self.last_activity = time.time()
+        try:
+            events = self.parser.feed(data)
+        except rp.RouteProtocolError as exc:
+            log.warning("%r: %s", self, exc)
+            self.close(f"Protocol Error: {exc}", send_err=True)
+            return
+        self._handle(events)
+
+    def _handle(self, events: list[rp.Event]) -> None:
+        for ev in events:
+            if self.closed:  # an event closed the route: the rest is dropped
+                return
+            self._dispatch(ev)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed_now(self.reason or "Connection Closed")
+
+    # --- events ------------------------------------------------------------------------------
+
+    def _dispatch(self, ev: rp.Event) -> None:
+        owner = self.owner
+        if isinstance(ev, rp.RMsg):
+            if self.ready:
+                self.in_msgs += 1
+                self.in_bytes += len(ev.data) + (len(ev.hdr) if ev.hdr else 0)
+                owner.remote_msg(self, ev)
+        elif isinstance(ev, rp.RaftBatch):
+            if self.ready:
+                owner.remote_raft(self, ev.items)
+        elif isinstance(ev, rp.RSub):
+            if self.ready:
+                owner.remote_sub(self, ev)
+        elif isinstance(ev, rp.RUnsub):
+            if self.ready:
+                owner.remote_unsub(self, ev)
+        elif isinstance(ev, rp.Ping):
+            self.send(rp.PONG_FRAME)
+        elif isinstance(ev, rp.Pong):
+            self.pings_out = 0
+        elif isinstance(ev, rp.Connect):
+            self._on_connect(ev.fields)
+        elif isinstance(ev, rp.Info):
+            self._on_info(ev.fields)
+        elif isinstance(ev, rp.Err):
+            log.warning("%r: peer refused the route: %s", self, ev.reason)
+            self.reason = ev.reason
+            self.close(ev.reason)
+
+    def _on_connect(self, fields: dict[str, Any]) -> None:
+        if self.solicited or self.authed:
+            return
+        why = self.owner.check_connect(self, fields)
+        if why:
+            log.warning("%r: refused: %s", self, why)
+            self.close(why, send_err=True)
+            return
+        self.authed = True
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+
+    def _on_info(self, fields: dict[str, Any]) -> None:
+        if not self.authed:
+            self.close("Authorization Violation", send_err=True)
+            return
+        first = not self.got_info
+        self.got_info = True
+        self.peer = PeerInfo.from_fields(fields)
+        self.owner.route_info(self, self.peer, first)
+
+    def _auth_timeout(self) -> None:
+        self._auth_timer = None
+        if not self.authed and not self.closed:
+            self.close("Authentication Timeout", send_err=True)
+
+    # --- writing -----------------------------------------------------------------------------
+
+    def send(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(frame)
+        self._out_bytes += len(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.owner.loop.call_soon(self.flush)
+        if self._out_bytes > _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out or self.transport is None or self.closed:
+            return
+        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
+        self._out.clear()
+        self._out_bytes = 0
+        self.transport.write(data)
+        if self.transport.get_write_buffer_size() > self.owner.max_pending:
+            # The peer stopped reading (paused or cut off): drop the route rather than
+            # buffer without bound; it is dialed again and RAFT catches up.
+            log.warning("%r: peer is not reading (slow route), closing", self)
+            self.close("Slow Consumer (Pending Bytes)")
+
+    # --- Subscriber (interest standing for the peer's clients) --------------------------------
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        # The router forwards to routes itself (``forward``), once per route.
+        return False
+
+    def forward(
+        self,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        queues: Sequence[str],
+        route_by: str | None,
+    ) -> None:
+        self.out_msgs += 1
+        self.out_bytes += len(data) + (len(hdr) if hdr else 0)
+        self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
+
+    # --- closing -----------------------------------------------------------------------------
+
+    def close(self, reason: str = "Route Closed", send_err: bool = False) -> None:
+        if self.closed:
+            return
+        self.reason = self.reason or reason
+        if send_err:
+            self.send(rp.encode_err(reason))
+        self.flush()
+        if self.transport is not None:
+            self.transport.close()
+        self._closed_now(reason)
+
+    def _closed_now(self, reason: str) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.reason = self.reason or reason
+        if self._auth_timer is not None:
+            self._auth_timer.cancel()
+            self._auth_timer = None
+        self._out.clear()
+        self.owner.route_closed(self)
+        if not self.done.done():
+            self.done.set_result(None)

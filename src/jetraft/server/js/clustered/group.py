@@ -1,0 +1,238 @@
+"""One RAFT group hosted by this server: the meta group, a stream's or a consumer's.
+
+``RaftGroup`` opens the group's durable log (``<store_dir>/jetstream/_raft_/<group>``),
+drives a ``RaftNode`` over the routes, tells its owner about leadership changes, and
+reports the group the way nats-server's ClusterInfo does (leader, replicas with
+current/offline, seen ago, lag).
+
+Timing: a 50 ms tick, heartbeats every 2 ticks and an election timeout of 10-20 ticks (0.5
+to 1 s) so that a lost leader is replaced within about a second; nats-server uses seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from jetraft.jetstream.models import format_time
+from jetraft.raft.disk import OsDisk
+from jetraft.raft.node import RaftNode, StateMachine, Ticker
+from jetraft.raft.ready import RaftConfig, Role, SoftState
+from jetraft.raft.wal import Wal
+from jetraft.server.cluster.raftnet import RaftNet
+
+log = logging.getLogger("jetraft.js.raft")
+
+TICK_S = 0.05
+# A proposal without an outcome by then fails (its outcome is unknown: it may commit later).
+PROPOSAL_TIMEOUT_S = 10.0
+RAFT_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=2)
+# A replica not heard from for this long is not current (nats-server uses a similar bound).
+CURRENT_WITHIN_S = 2.0
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def peer_id(server_name: str) -> str:
+    """nats-server's 8-character peer id of a server name (base62 of its SHA-256)."""
+    digest = hashlib.sha256(server_name.encode()).digest()
+    return "".join(_B62[b % 62] for b in digest[:8])
+
+
+class GroupHost(Protocol):
+    """What a group needs from the server's clustered JetStream."""
+
+    @property
+    def server_name(self) -> str: ...
+
+    @property
+    def cluster_name(self) -> str: ...
+
+    @property
+    def raftnet(self) -> RaftNet: ...
+
+    @property
+    def ticker(self) -> Ticker:
+        """One timer ticks every group of this server."""
+        ...
+
+    def raft_dir(self, group: str) -> Path: ...
+
+    def is_online(self, server: str) -> bool: ...
+
+
+class RaftGroup:
+    def __init__(
+        self,
+        host: GroupHost,
+        group: str,
+        sm: StateMachine,
+        peers: Sequence[str],
+        *,
+        bootstrap_size: int = 0,
+        on_role: Callable[[SoftState], None] | None = None,
+        snapshot_entries: int = 8192,
+    ) -> None:
+        self.host = host
+        self.group = group
+        self.sm = sm
+        self.peers = tuple(peers)
+        self.bootstrap_size = bootstrap_size
+        self.on_role = on_role
+        self.snapshot_entries = snapshot_entries
+        self.node: RaftNode | None = None
+        self.wal: Wal | None = None
+        self.leader_since_ns = 0
+        self._last_leader = ""
+        self.corrupt = ""
+        self.removed = False  # the group committed a configuration without us
+        self.failed = ""  # the node stopped on a storage error
+
+    @property
+    def dir(self) -> Path:
+        return self.host.raft_dir(self.group)
+
+    async def start(self) -> None:
+        wal, recovered = Wal.open(OsDisk(), str(self.dir))
+        if recovered.corrupt:
+            self.corrupt = recovered.corrupt
+            log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
+                      recovered.corrupt)
+        self.wal = wal
+        self.node = RaftNode(
+            self.host.server_name,
+            self.peers,
+            RAFT_CONFIG,
+            wal,
+            self.host.raftnet.transport(self.group),
+            self.sm,
+            rng=random.Random(),
+            recovered=recovered,
+            snapshot_entries=self.snapshot_entries,
+            bootstrap_size=self.bootstrap_size,
+            ticker=self.host.ticker,
+            proposal_timeout_s=PROPOSAL_TIMEOUT_S,
+            on_removed=self._removed,
+            on_error=self._failed,
+        )
+        self.node.subscribe(self._on_soft_state)
+        self.host.raftnet.register(self.group, self.node)
+        await self.node.start()
+
+    def _removed(self) -> None:
+        log.info("RAFT group %s: this server was removed from the group", self.group)
+        self.removed = True
+
+    def _failed(self, exc: BaseException) -> None:
+        log.error("RAFT group %s stopped on a storage error: %s", self.group, exc)
+        self.failed = str(exc)
+
+    def _on_soft_state(self, ss: SoftState) -> None:
+        if ss.leader != self._last_leader:
+            self._last_leader = ss.leader
+            self.leader_since_ns = time.time_ns() if ss.leader else 0
+        if self.on_role is not None:
+            try:
+                self.on_role(ss)
+            except Exception:
+                log.exception("group %s: leadership handler failed", self.group)
+
+    async def stop(self) -> None:
+        node = self.node
+        if node is None:
+            return
+        self.host.raftnet.unregister(self.group, node)
+        await node.stop()
+        if self.wal is not None:
+            with contextlib.suppress(Exception):
+                self.wal.close()
+        self.node = None
+
+    async def destroy(self) -> None:
+        """This server left the group: stop and remove its log."""
+        await self.stop()
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+
+    # --- queries -----------------------------------------------------------------------------
+
+    @property
+    def leader(self) -> str:
+        return self.node.leader if self.node is not None else ""
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node is not None and self.node.is_leader
+
+    def members(self) -> tuple[str, ...]:
+        """Voters and learners of the configuration in force here."""
+        if self.node is None:
+            return self.peers
+        m = self.node.core.membership
+        return (*m.voters, *m.learners) if m.voters else self.peers
+
+    def voters(self) -> tuple[str, ...]:
+        if self.node is None:
+            return self.peers
+        return self.node.core.membership.voters or self.peers
+
+    def cluster_info(self) -> dict[str, Any]:
+        """nats-server's ClusterInfo. On the leader, replicas carry current/active/lag from
+        its view of each follower; elsewhere only names and online state are known."""
+        host = self.host
+        node = self.node
+        out: dict[str, Any] = {"name": host.cluster_name, "raft_group": self.group}
+        leader = self.leader
+        out["leader"] = leader
+        if leader and self.leader_since_ns:
+            out["leader_since"] = format_time(self.leader_since_ns)
+        replicas: list[dict[str, Any]] = []
+        status = node.status() if node is not None else None
+        by_peer = {p.id: p for p in status.peers} if status is not None else {}
+        members = list(self.voters())
+        if node is not None:
+            members += list(node.core.membership.learners)
+        for name in members:
+            if name == leader:
+                continue
+            rep: dict[str, Any] = {"name": name, "current": False, "active": 0}
+            ps = by_peer.get(name)
+            if ps is not None and status is not None:
+                ago = ps.last_heard_ticks_ago
+                if ago is not None:
+                    # Ticks are the clock here: "heard within the last tick" is up to one
+                    # tick ago, never 0 (which clients read as "not seen").
+                    rep["active"] = int((ago + 1) * TICK_S * 1e9)
+                lag = max(status.commit - ps.match, 0)
+                if lag:
+                    rep["lag"] = lag
+                rep["current"] = lag == 0 and ago is not None and ago * TICK_S < CURRENT_WITHIN_S
+            if not host.is_online(name):
+                rep["offline"] = True
+                rep["current"] = False
+            rep["peer"] = peer_id(name)
+            replicas.append(rep)
+        if replicas:
+            out["replicas"] = replicas
+        return out
+
+    def status(self) -> dict[str, Any]:
+        node = self.node
+        if node is None:
+            return {"group": self.group, "stopped": True}
+        st = node.status()
+        return {
+            "group": self.group,
+            "term": st.term,
+            "leader": st.leader,
+            "role": st.role.value if isinstance(st.role, Role) else str(st.role),
+            "commit": st.commit,
+            "applied": st.applied,
+            "voters": list(st.membership.voters),
+        }

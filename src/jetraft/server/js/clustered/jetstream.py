@@ -1,0 +1,375 @@
+"""JetStream on a server of a cluster: the meta group, this server's stream replicas, the
+``$JS.API`` of each account, and the internal requests servers send each other.
+
+Who answers an API request (every JetStream server receives it; exactly one answers):
+
+* the meta leader: account INFO, creates, updates, deletes, names and lists, peer removal,
+  and "not found" for assets that do not exist;
+* a stream's leader: its INFO, PURGE, MSG.GET, MSG.DELETE and leader step-down; every
+  replica answers DIRECT.GET when the stream allows it (a queue group picks one);
+* when there is no meta leader (JetStream not ready yet, or quorum lost), the server with
+  the smallest name among those connected answers 10008 after a short wait.
+
+Servers ask each other for stream info on ``$JSC.SI.<account>.<stream>`` in an internal
+account no client can reach; the stream's leader answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import shutil
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+from jetraft.config import ServerConfig
+from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
+from jetraft.jetstream.models import encode_json
+from jetraft.jetstream.placement import ServerFacts
+from jetraft.raft.node import Ticker
+from jetraft.raft.ready import RaftError
+from jetraft.server.cluster.mesh import RouteMesh
+from jetraft.server.cluster.raftnet import RaftNet
+from jetraft.server.cluster.route_conn import PeerInfo
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.auth import Authenticator
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.clustered.api import ClusterApi, SystemApi
+from jetraft.server.js.clustered.group import TICK_S, peer_id
+from jetraft.server.js.clustered.meta_group import MetaGroup
+from jetraft.server.js.clustered.stream_replica import StreamReplica
+
+log = logging.getLogger("jetraft.js.cluster")
+
+INFO_SUBJECT = "$JSC.SI"
+# A replica taken out of its group stops once the group no longer counts it, or after this.
+LEAVE_TIMEOUT_S = 30.0
+
+
+class ClusterServer(Protocol):
+    """What clustered JetStream needs from its server (``server.Server`` provides it)."""
+
+    @property
+    def config(self) -> ServerConfig: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def server_id(self) -> str: ...
+
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def auth(self) -> Authenticator: ...
+
+    @property
+    def mesh(self) -> RouteMesh | None: ...
+
+    @property
+    def internal_account(self) -> Account: ...
+
+    def account_named(self, name: str) -> Account | None: ...
+
+
+def expected_cluster_size(config: ServerConfig) -> int:
+    """How many JetStream servers the meta group is bootstrapped for: the configured routes
+    (at least two), as nats-server counts them."""
+    routes = len(config.cluster.routes) if config.cluster is not None else 0
+    return max(2, routes)
+
+
+class ClusteredJetStream:
+    def __init__(self, server: ClusterServer, accounts: list[Account]) -> None:
+        mesh = server.mesh
+        js_cfg = server.config.jetstream
+        assert mesh is not None and js_cfg is not None and server.config.cluster is not None
+        self.server = server
+        self.mesh = mesh
+        self.config = js_cfg
+        self.root = Path(js_cfg.store_dir) / "jetstream"
+        self.raftnet = RaftNet(mesh)
+        self.ticker = Ticker(TICK_S)
+        mesh.raft_receiver = self.raftnet.deliver
+        self.meta = MetaGroup(self, expected_cluster_size(server.config))
+        self.streams: dict[tuple[str, str], StreamReplica] = {}
+        # Replicas taken out of their group, still voting until the group lets them go.
+        self.leaving: dict[tuple[str, str], StreamReplica] = {}
+        self.apis: dict[str, ClusterApi] = {}
+        self._enabled = accounts
+        self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
+        self.system_api: SystemApi | None = None
+        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._change_task: asyncio.Task[None] | None = None
+        self.rng = random.Random()
+        self.peer_facts: dict[str, PeerInfo] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._change_task = asyncio.ensure_future(self._process_changes())
+        self.mesh.add_peer_listener(self._peer_changed)
+        for peer in self.mesh.peers():
+            self._peer_changed(peer, True)
+        await self.meta.start()
+        for account in self._enabled:
+            api = ClusterApi(self, account)
+            self.apis[account.name] = api
+            api.start()
+        system = self.server.account_named(self.server.config.system_account or "")
+        if system is not None:
+            self.system_api = SystemApi(self, system)
+            self.system_api.start()
+        self.internal.subscribe(f"{INFO_SUBJECT}.*.*", self._on_info_request)
+        log.info("JetStream cluster starting (expecting %d servers)", self.meta.expected_size)
+
+    async def stop(self) -> None:
+        for api in self.apis.values():
+            api.stop()
+        if self.system_api is not None:
+            self.system_api.stop()
+        self.internal.close()
+        if self._change_task is not None:
+            self._change_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._change_task
+        for task in list(self._tasks):
+            task.cancel()
+        for replica in [*self.streams.values(), *self.leaving.values()]:
+            await replica.stop()
+        self.streams.clear()
+        self.leaving.clear()
+        await self.meta.stop()
+
+    # --- what groups need (GroupHost, MetaHost, ReplicaHost) ---------------------------------
+
+    @property
+    def server_name(self) -> str:
+        return self.server.name
+
+    @property
+    def cluster_name(self) -> str:
+        cluster = self.server.config.cluster
+        return cluster.name if cluster is not None else ""
+
+    @property
+    def router(self) -> Router:
+        return self.server.router
+
+    @property
+    def domain(self) -> str:
+        return self.config.domain
+
+    def account_named(self, name: str) -> Account | None:
+        return self.server.account_named(name)
+
+    def raft_dir(self, group: str) -> Path:
+        return self.root / "_raft_" / group
+
+    def is_online(self, server: str) -> bool:
+        return server == self.server.name or server in self.mesh.by_name
+
+    def meta_changed(self, changes: list[Change]) -> None:
+        for change in changes:
+            self._changes.put_nowait(change)
+
+    def meta_leader_changed(self, leader: str) -> None:
+        pass
+
+    def stream_leader_changed(self, replica: StreamReplica) -> None:
+        pass
+
+    # --- peers -------------------------------------------------------------------------------
+
+    def _peer_changed(self, peer: PeerInfo, up: bool) -> None:
+        if not peer.jetstream:
+            return
+        self.peer_facts[peer.name] = peer
+        self.meta.server_seen(peer.name, up)
+
+    def server_facts(self) -> list[ServerFacts]:
+        """Every JetStream server the meta group knows, for placement."""
+        names = set(self.meta.members()) | set(self.meta.js_servers) | {self.server.name}
+        out = []
+        for name in sorted(names):
+            if name == self.server.name:
+                tags = frozenset(self.server.config.server_tags)
+                cluster = self.cluster_name
+            else:
+                info = self.peer_facts.get(name)
+                tags = frozenset(info.tags) if info is not None else frozenset()
+                cluster = info.cluster if info is not None else self.cluster_name
+            assets, ha = self.meta.state.assets_of(name)
+            out.append(ServerFacts(name, cluster, tags, self.is_online(name), assets, ha))
+        return out
+
+    def answers_meta(self) -> bool:
+        """Does this server answer what the meta leader answers? The leader does; without
+        one, the smallest-named connected server (see ``answers_when_leaderless``)."""
+        meta = self.meta
+        return meta.is_leader or (not meta.leader and self.answers_when_leaderless())
+
+    def answers_when_leaderless(self) -> bool:
+        """Without a meta leader, only the smallest-named connected server answers."""
+        names = [self.server.name, *(p.name for p in self.mesh.peers() if p.jetstream)]
+        return min(names) == self.server.name
+
+    # --- assignments -> local replicas -------------------------------------------------------
+
+    async def _process_changes(self) -> None:
+        while True:
+            change = await self._changes.get()
+            try:
+                if isinstance(change, StreamChanged):
+                    await self._stream_changed(change)
+                elif isinstance(change, ConsumerChanged):
+                    pass  # consumers: not yet clustered
+            except Exception:
+                log.exception("JetStream cluster: applying %s failed", change)
+
+    async def _stream_changed(self, change: StreamChanged) -> None:
+        me = self.server.name
+        key, new = change.key, change.new
+        replica = self.streams.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            # Taken out of the group: keep serving the group until its leader has removed
+            # us from the RAFT membership (it may need our vote to commit that change).
+            del self.streams[key]
+            self.leaving[key] = replica
+            replica.assignment_changed(new)
+            self._spawn(self._leave(replica))
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            replica = self.streams[key] = self.leaving.pop(key)  # back in before it left
+        if new is None or me not in new.peers:
+            if replica is not None:
+                del self.streams[key]
+                log.info("stream %s > %s: deleted", *key)
+                await replica.destroy()
+            elif new is None:
+                await asyncio.to_thread(_remove_dir, self.raft_dir(change.old.group)
+                                        if change.old is not None else None)
+            return
+        if replica is not None:
+            replica.assignment_changed(new)
+            self._serve_direct(replica)
+            return
+        if self.account_named(new.account) is None:
+            log.error("stream %s > %s: account unknown here", *key)
+            return
+        joining = change.old is not None and me not in change.old.peers
+        replica = StreamReplica(self, new, joining=joining)
+        self.streams[key] = replica
+        await replica.start()
+        self._serve_direct(replica)
+
+    async def _leave(self, replica: StreamReplica) -> None:
+        log.info("stream %s > %s: this server is no longer a replica", *replica.key)
+        replica.serve_direct(None)
+        deadline = time.monotonic() + LEAVE_TIMEOUT_S
+        while time.monotonic() < deadline and not replica.closed:
+            if self.leaving.get(replica.key) is not replica:
+                return  # assigned here again meanwhile
+            if replica.is_leader:
+                with contextlib.suppress(RaftError):
+                    replica.step_down()
+            elif replica.group.removed or self.server.name not in replica.group.members():
+                break
+            await asyncio.sleep(0.2)
+        if self.leaving.get(replica.key) is replica:
+            del self.leaving[replica.key]
+            await replica.destroy()
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _serve_direct(self, replica: StreamReplica) -> None:
+        api = self.apis.get(replica.sa.account)
+        replica.serve_direct(api.direct_get if api is not None else None)
+
+    # --- internal info requests --------------------------------------------------------------
+
+    def _on_info_request(self, subject: str, reply: str | None, hdr: bytes | None,
+                         data: bytes) -> None:
+        if not reply:
+            return
+        _, _, account, name = subject.split(".", 3)
+        replica = self.streams.get((account, name))
+        if replica is None or not replica.is_leader:
+            return
+        api = self.apis.get(account)
+        if api is None:
+            return
+        self.internal.publish(reply, encode_json(api.stream_info(replica)))
+
+    async def fetch_stream_info(self, account: str, name: str,
+                                timeout_s: float = 1.0) -> dict[str, Any] | None:
+        """The stream's info from its leader (None when no leader answered in time)."""
+        replica = self.streams.get((account, name))
+        api = self.apis.get(account)
+        if replica is not None and replica.is_leader and api is not None:
+            return api.stream_info(replica)
+        got = await self.internal.request(f"{INFO_SUBJECT}.{account}.{name}", b"", timeout_s)
+        if got is None:
+            return None
+        try:
+            info = json.loads(got[1])
+        except ValueError:
+            return None
+        return info if isinstance(info, dict) else None
+
+    def account_details(self, streams: bool) -> list[dict[str, Any]]:
+        """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""
+        out = []
+        for name, api in sorted(self.apis.items()):
+            detail: dict[str, Any] = {
+                "name": name,
+                "id": name,
+                "api": {"total": api.stats.total, "errors": api.stats.errors},
+            }
+            if streams:
+                detail["stream_detail"] = [
+                    {"name": r.name, **api.stream_info(r)}
+                    for (acc, _), r in sorted(self.streams.items())
+                    if acc == name
+                ]
+            out.append(detail)
+        return out
+
+    # --- monitoring --------------------------------------------------------------------------
+
+    def meta_cluster(self) -> dict[str, Any]:
+        """/jsz's meta_cluster: the meta group as this server sees it."""
+        group = self.meta.group
+        node = group.node
+        info = group.cluster_info()
+        size = len(self.meta.members()) or self.meta.expected_size
+        out: dict[str, Any] = {
+            "name": self.cluster_name,
+            "leader": self.meta.leader,
+            "peer": peer_id(self.meta.leader) if self.meta.leader else "",
+            "replicas": info.get("replicas", []),
+            "cluster_size": size,
+            "quorum_needed": size // 2 + 1,
+            "pending": 0,
+        }
+        if node is not None:
+            st = node.status()
+            out["pending"] = max(st.last_index - st.applied, 0)
+        return out
+
+
+def _remove_dir(path: Path | None) -> None:
+    if path is not None:
+        shutil.rmtree(path, ignore_errors=True)

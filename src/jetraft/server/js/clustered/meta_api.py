@@ -1,0 +1,337 @@
+"""The meta leader's side of ``$JS.API``: account info, stream create, update, delete,
+names, list and peer removal, and the system account's server removal.
+
+A create or update is validated as on a single server, placed (``jetstream.placement``),
+proposed to the meta group and, once committed, answered with the stream's info as its
+new leader reports it; the reply confirms an assignment a quorum of the meta group holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from jetraft.jetstream import errors as E
+from jetraft.jetstream import stream_api
+from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, Route
+from jetraft.jetstream.meta import AssignStream, RemoveStream, StreamAssignment
+from jetraft.jetstream.models import format_time
+from jetraft.jetstream.placement import PlacementError, group_name, select_peers
+from jetraft.jetstream.stream_config import StreamConfig, check_update, to_wire
+from jetraft.protocol.subjects import filters_overlap
+from jetraft.server.js.clustered.group import peer_id
+from jetraft.server.js.clustered.meta_group import MetaUnavailable
+from jetraft.server.js.limits import check_stream_limits
+
+if TYPE_CHECKING:
+    from jetraft.server.js.clustered.api import ClusterApi
+    from jetraft.server.js.clustered.jetstream import ClusteredJetStream
+
+# How long a create or update waits for the stream's leader to report the new state.
+LEADER_WAIT_S = 10.0
+
+
+def _t(kind: str) -> str:
+    return TYPE_PREFIX + kind
+
+
+def preferred_from(data: bytes) -> str | None:
+    """The ``placement.preferred`` server of a step-down request, if any."""
+    if not data.strip():
+        return None
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return None
+    placement = body.get("placement") if isinstance(body, dict) else None
+    if isinstance(placement, dict) and isinstance(placement.get("preferred"), str):
+        return placement["preferred"] or None
+    return None
+
+
+def handle(api: ClusterApi, route: Route, subject: str, data: bytes) -> Coroutine[Any, Any, Any]:
+    handlers = {
+        "INFO": _account_info,
+        "STREAM.CREATE.*": _create,
+        "STREAM.UPDATE.*": _update,
+        "STREAM.DELETE.*": _delete,
+        "STREAM.NAMES": _names,
+        "STREAM.LIST": _list,
+        "STREAM.PEER.REMOVE.*": _peer_remove,
+    }
+    return handlers[route.pattern](api, subject, data)
+
+
+def _meta_failed(exc: MetaUnavailable) -> E.ApiError:
+    return E.api_error(10008)
+
+
+# --- account info ----------------------------------------------------------------------------
+
+
+async def _account_info(api: ClusterApi, subject: str, data: bytes) -> Any:
+    js = api.js
+    acc = api.account.name
+    streams = [sa for (a, _), sa in js.meta.state.streams.items() if a == acc]
+    memory = storage = 0
+    for sa in streams:
+        replica = js.streams.get((acc, sa.name))
+        if replica is None:
+            continue
+        used = replica.stream.store.state().bytes
+        if sa.config.storage == "memory":
+            memory += used
+        else:
+            storage += used
+    consumers = sum(1 for k in js.meta.state.consumers if k[0] == acc)
+    out: dict[str, Any] = {
+        "type": _t("account_info_response"),
+        "memory": memory,
+        "storage": storage,
+        "reserved_memory": 0,
+        "reserved_storage": 0,
+        "streams": len(streams),
+        "consumers": consumers,
+        "limits": api.limits(),
+    }
+    if js.domain:
+        out["domain"] = js.domain
+    out["api"] = {
+        "level": API_LEVEL,
+        "total": api.stats.total,
+        "errors": api.stats.errors,
+    }
+    return out
+
+
+# --- create / update / delete ----------------------------------------------------------------
+
+
+class _Strict:
+    """What ``stream_api.checked_config`` needs."""
+
+    def __init__(self, strict: bool) -> None:
+        self.strict = strict
+
+
+def _check_overlap(api: ClusterApi, cfg: StreamConfig) -> None:
+    for (acc, name), sa in api.js.meta.state.streams.items():
+        if acc != api.account.name or name == cfg.name:
+            continue
+        for mine in cfg.subjects:
+            if any(filters_overlap(mine, theirs) for theirs in sa.config.subjects):
+                raise E.subjects_overlap()
+
+
+def _place(api: ClusterApi, cfg: StreamConfig, existing: tuple[str, ...] = (),
+           exclude: tuple[str, ...] = ()) -> list[str]:
+    js = api.js
+    placement = cfg.placement
+    cluster = (placement.cluster if placement is not None else "") or js.cluster_name
+    tags = tuple(placement.tags) if placement is not None and placement.tags else ()
+    try:
+        return select_peers(
+            cfg.num_replicas,
+            js.server_facts(),
+            cluster=cluster,
+            tags=tags,
+            unique_tag=js.config.unique_tag,
+            existing=existing,
+            exclude=exclude,
+            rng=js.rng,
+        )
+    except PlacementError as exc:
+        raise E.api_error(10005, err=exc.text) from None
+
+
+async def _propose(api: ClusterApi, entry: AssignStream | RemoveStream) -> None:
+    try:
+        await api.js.meta.propose(entry)
+    except MetaUnavailable as exc:
+        raise _meta_failed(exc) from None
+
+
+async def _leader_info(api: ClusterApi, sa: StreamAssignment) -> dict[str, Any]:
+    """The stream's info from its leader once it reports ``sa``'s config; after the wait,
+    what the assignment says (no leader yet, empty state)."""
+    js = api.js
+    deadline = time.monotonic() + LEADER_WAIT_S
+    want = to_wire(sa.config)
+    while time.monotonic() < deadline:
+        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.5)
+        if info is not None and info.get("config") == want:
+            return info
+        await asyncio.sleep(0.05)
+    now = time.time_ns()
+    return {
+        "config": want,
+        "created": format_time(sa.created_ns),
+        "state": {"messages": 0, "bytes": 0, "first_seq": 0, "first_ts": format_time(0),
+                  "last_seq": 0, "last_ts": format_time(0), "consumer_count": 0},
+        "cluster": {"name": js.cluster_name, "raft_group": sa.group, "leader": ""},
+        "ts": format_time(now),
+    }
+
+
+async def _create(api: ClusterApi, subject: str, data: bytes) -> Any:
+    kind = "stream_create_response"
+    js = api.js
+    cfg = stream_api.checked_config(_Strict(js.config.strict), subject, data, creating=True)
+    key = (api.account.name, cfg.name)
+    existing = js.meta.state.streams.get(key)
+    if existing is not None:
+        if existing.config != cfg:
+            raise E.stream_name_exists()
+        return {"type": _t(kind), **await _leader_info(api, existing), "did_create": True}
+    _check_overlap(api, cfg)
+    count = sum(1 for k in js.meta.state.streams if k[0] == api.account.name)
+    check_stream_limits(api.account_limits, cfg, count, creating=True)
+    peers = _place(api, cfg)
+    group = group_name("S", cfg.num_replicas, cfg.storage, js.rng)
+    sa = StreamAssignment(api.account.name, cfg, group, tuple(peers), time.time_ns())
+    await _propose(api, AssignStream(sa))
+    return {"type": _t(kind), **await _leader_info(api, sa), "did_create": True}
+
+
+async def _update(api: ClusterApi, subject: str, data: bytes) -> Any:
+    kind = "stream_update_response"
+    js = api.js
+    cfg = stream_api.checked_config(_Strict(js.config.strict), subject, data, creating=False)
+    sa = js.meta.state.streams.get((api.account.name, cfg.name))
+    if sa is None:
+        raise E.stream_not_found()
+    cfg = check_update(sa.config, cfg)
+    _check_overlap(api, cfg)
+    count = sum(1 for k in js.meta.state.streams if k[0] == api.account.name)
+    check_stream_limits(api.account_limits, cfg, count, creating=False)
+    peers = sa.peers
+    if cfg.num_replicas != len(sa.peers):
+        # Scaling keeps the current leader and the longest-serving replicas.
+        replica = js.streams.get((sa.account, sa.name))
+        leader = replica.leader if replica is not None else ""
+        ordered = ([leader] if leader in sa.peers else []) + [p for p in sa.peers if p != leader]
+        peers = tuple(_place(api, cfg, existing=tuple(ordered)))
+    new = StreamAssignment(sa.account, cfg, sa.group, peers, sa.created_ns)
+    if new != sa:
+        await _propose(api, AssignStream(new))
+    return {"type": _t(kind), **await _leader_info(api, new)}
+
+
+async def _delete(api: ClusterApi, subject: str, data: bytes) -> Any:
+    kind = "stream_delete_response"
+    if not stream_api.is_empty_request(data):
+        raise E.not_empty_request()
+    name = subject.rsplit(".", 1)[-1]
+    if (api.account.name, name) not in api.js.meta.state.streams:
+        raise E.stream_not_found()
+    await _propose(api, RemoveStream(api.account.name, name))
+    return {"type": _t(kind), "success": True}
+
+
+# --- names / list ----------------------------------------------------------------------------
+
+
+def _names_of(api: ClusterApi, data: bytes) -> tuple[list[str], int]:
+    names, offset = stream_api.filtered_names(
+        data,
+        {name: sa.config for (acc, name), sa in api.js.meta.state.streams.items()
+         if acc == api.account.name},
+        "JSApiStreamNamesRequest",
+    )
+    return names, offset
+
+
+async def _names(api: ClusterApi, subject: str, data: bytes) -> Any:
+    names, offset = _names_of(api, data)
+    limit = stream_api.NAMES_LIMIT
+    page = names[offset : offset + limit]
+    return {"type": _t("stream_names_response"), "total": len(names), "offset": offset,
+            "limit": limit, "streams": page}
+
+
+async def _list(api: ClusterApi, subject: str, data: bytes) -> Any:
+    names, offset = _names_of(api, data)
+    limit = stream_api.LIST_LIMIT
+    page = names[offset : offset + limit]
+    acc = api.account.name
+    infos = await asyncio.gather(*(api.js.fetch_stream_info(acc, n, 2.0) for n in page))
+    streams = [info for info in infos if info is not None]
+    missing = [n for n, info in zip(page, infos, strict=True) if info is None]
+    out: dict[str, Any] = {"type": _t("stream_list_response"), "total": len(names),
+                           "offset": offset, "limit": limit, "streams": streams}
+    if missing:
+        out["missing"] = missing
+    return out
+
+
+# --- peers -----------------------------------------------------------------------------------
+
+
+async def _peer_remove(api: ClusterApi, subject: str, data: bytes) -> Any:
+    kind = "stream_remove_peer_response"
+    js = api.js
+    name = subject.rsplit(".", 1)[-1]
+    sa = js.meta.state.streams.get((api.account.name, name))
+    if sa is None:
+        raise E.stream_not_found()
+    try:
+        body = json.loads(data) if data.strip() else {}
+    except ValueError as exc:
+        raise E.invalid_json(str(exc)) from None
+    peer = str(body.get("peer", "")) if isinstance(body, dict) else ""
+    if not peer:
+        raise E.api_error(10003)
+    chosen = next((p for p in sa.peers if peer in (p, peer_id(p))), None)
+    if chosen is None:
+        raise E.api_error(10040)
+    rest = tuple(p for p in sa.peers if p != chosen)
+    try:
+        peers = _place(api, sa.config, existing=rest, exclude=(chosen,))
+    except E.ApiError:
+        if len(rest) == 0:
+            raise E.api_error(10075) from None
+        peers = list(rest)  # no replacement: fewer replicas rather than none removed
+    new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
+    await _propose(api, AssignStream(new))
+    return {"type": _t(kind), "success": True}
+
+
+async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
+    """$JS.API.SERVER.REMOVE {peer, peer_id}: a server that will never return leaves the
+    meta group, and each of its stream replicas is placed elsewhere."""
+    kind = "meta_server_remove_response"
+    try:
+        body = json.loads(data) if data.strip() else {}
+    except ValueError as exc:
+        return E.error_body(_t(kind), E.invalid_json(str(exc)))
+    name = str(body.get("peer", "")) if isinstance(body, dict) else ""
+    pid = str(body.get("peer_id", "")) if isinstance(body, dict) else ""
+    members = js.meta.members()
+    target = next((m for m in members if m == name or (pid and peer_id(m) == pid)), None)
+    if target is None:
+        return E.error_body(_t(kind), E.api_error(10044))
+    if target == js.server_name:
+        return E.error_body(_t(kind), E.api_error(10044))
+    try:
+        await js.meta.remove_server(target)
+        for sa in list(js.meta.state.streams.values()):
+            if target not in sa.peers:
+                continue
+            rest = tuple(p for p in sa.peers if p != target)
+            api = js.apis.get(sa.account)
+            if api is None:
+                continue
+            try:
+                peers = _place(api, sa.config, existing=rest, exclude=(target,))
+            except E.ApiError:
+                peers = list(rest)
+            if not peers:
+                continue
+            new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
+            await js.meta.propose(AssignStream(new))
+    except MetaUnavailable:
+        return E.error_body(_t(kind), E.api_error(10008))
+    return {"type": _t(kind), "success": True}

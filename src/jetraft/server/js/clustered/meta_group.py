@@ -1,0 +1,182 @@
+"""The meta group on this server: every JetStream server of the cluster is a member.
+
+Its state (``jetstream.meta.MetaState``) is the set of stream and consumer assignments;
+applying an entry tells the host which local replicas to start, reshape or stop. Its leader
+owns the JetStream API's creates, updates and deletes and the placement of new groups.
+
+Membership: on first start the group only knows how many servers it is meant for (the
+configured routes, at least two, or more JetStream servers if more are connected) and
+bootstraps as soon as a majority of that many can elect a leader ("after two servers are
+running you'll be ready to use JetStream"). From then on the leader adds every JetStream
+server that connects and is not yet a member (as a learner, promoted once caught up);
+``SERVER.REMOVE`` takes one out for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from jetraft.jetstream.meta import Change, MetaEntry, MetaState, decode_entry, encode_entry
+from jetraft.raft.node import NodeStopped
+from jetraft.raft.ready import NotLeader, ProposalDropped, RaftError, Role, SoftState
+from jetraft.raft.types import Entry
+from jetraft.server.js.clustered.group import GroupHost, RaftGroup
+
+log = logging.getLogger("jetraft.js.meta")
+
+META_GROUP = "_meta_"
+PROPOSE_TIMEOUT_S = 5.0
+
+
+class MetaHost(GroupHost, Protocol):
+    def meta_changed(self, changes: list[Change]) -> None:
+        """Assignments changed (applied entries, or a snapshot installed)."""
+        ...
+
+    def meta_leader_changed(self, leader: str) -> None: ...
+
+
+class MetaUnavailable(Exception):
+    """No meta leader here (or it changed while waiting): JetStream is not available."""
+
+
+class MetaGroup:
+    def __init__(self, host: MetaHost, expected_size: int) -> None:
+        self.host = host
+        self.state = MetaState()
+        self.expected_size = expected_size
+        self.group = RaftGroup(
+            host, META_GROUP, self, (), bootstrap_size=expected_size, on_role=self._on_role
+        )
+        self.js_servers: dict[str, bool] = {}  # known JetStream servers -> online
+        self._member_task: asyncio.Task[None] | None = None
+        self._leader = ""
+        self.listeners: list[Callable[[str], None]] = []
+
+    async def start(self) -> None:
+        await self.group.start()
+        self._refresh_bootstrap()
+
+    async def stop(self) -> None:
+        if self._member_task is not None:
+            self._member_task.cancel()
+        await self.group.stop()
+
+    # --- the state machine (raft.node.StateMachine) ------------------------------------------
+
+    def apply(self, entry: Entry) -> object:
+        changes = self.state.apply(decode_entry(entry.data))
+        if changes:
+            self.host.meta_changed(changes)
+        return changes
+
+    def snapshot(self) -> bytes:
+        return self.state.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        changes = self.state.restore(data)
+        if changes:
+            self.host.meta_changed(changes)
+
+    # --- leadership --------------------------------------------------------------------------
+
+    @property
+    def leader(self) -> str:
+        return self.group.leader
+
+    @property
+    def is_leader(self) -> bool:
+        return self.group.is_leader
+
+    def _on_role(self, ss: SoftState) -> None:
+        if ss.leader != self._leader:
+            self._leader = ss.leader
+            if ss.leader:
+                log.info("JetStream cluster new metadata leader: %s", ss.leader)
+            self.host.meta_leader_changed(ss.leader)
+        if ss.role is Role.LEADER:
+            self._schedule_membership()
+
+    async def propose(self, entry: MetaEntry) -> list[Change]:
+        """Propose as leader and wait until applied here; MetaUnavailable otherwise."""
+        node = self.group.node
+        if node is None or not node.is_leader:
+            raise MetaUnavailable("not the meta leader")
+        try:
+            fut = node.propose_nowait(encode_entry(entry))
+            applied = await asyncio.wait_for(fut, PROPOSE_TIMEOUT_S)
+        except (NotLeader, ProposalDropped, NodeStopped, TimeoutError) as exc:
+            raise MetaUnavailable(str(exc) or type(exc).__name__) from None
+        result = applied.result
+        return result if isinstance(result, list) else []
+
+    def step_down(self, preferred: str | None = None) -> str:
+        node = self.group.node
+        if node is None or not node.is_leader:
+            raise MetaUnavailable("not the meta leader")
+        try:
+            return node.transfer_leadership(preferred)
+        except RaftError as exc:
+            raise MetaUnavailable(str(exc)) from None
+
+    # --- servers -----------------------------------------------------------------------------
+
+    def server_seen(self, name: str, online: bool) -> None:
+        """A JetStream server connected (online) or went away."""
+        self.js_servers[name] = online
+        self._refresh_bootstrap()
+        if online and self.is_leader:
+            self._schedule_membership()
+
+    def _refresh_bootstrap(self) -> None:
+        node = self.group.node
+        if node is None:
+            return
+        online = [n for n, up in self.js_servers.items() if up]
+        node.set_bootstrap_peers(online)
+        core = node.core
+        if core.in_bootstrap:
+            # More JetStream servers than we were told to expect: count them all.
+            core.bootstrap_size = max(core.bootstrap_size, len(online) + 1)
+
+    def members(self) -> tuple[str, ...]:
+        node = self.group.node
+        if node is None:
+            return ()
+        m = node.core.membership
+        return (*m.voters, *m.learners)
+
+    def _schedule_membership(self) -> None:
+        if self._member_task is None or self._member_task.done():
+            self._member_task = asyncio.ensure_future(self._add_missing_members())
+
+    async def _add_missing_members(self) -> None:
+        """Leader: every connected JetStream server becomes a member, one at a time."""
+        while True:
+            node = self.group.node
+            if node is None or not node.is_leader:
+                return
+            members = set(self.members())
+            missing = sorted(n for n, up in self.js_servers.items() if up and n not in members)
+            if not missing:
+                return
+            name = missing[0]
+            try:
+                log.info("JetStream cluster: adding %s to the metadata group", name)
+                await node.add_member(name, timeout_s=10.0)
+            except (RaftError, ValueError, TimeoutError) as exc:
+                log.debug("adding %s to the meta group: %s", name, exc)
+                await asyncio.sleep(0.2)
+
+    async def remove_server(self, name: str) -> None:
+        node = self.group.node
+        if node is None or not node.is_leader:
+            raise MetaUnavailable("not the meta leader")
+        try:
+            await asyncio.wait_for(node.remove_member(name), PROPOSE_TIMEOUT_S)
+        except (RaftError, ValueError, TimeoutError) as exc:
+            raise MetaUnavailable(str(exc)) from None
+        self.js_servers.pop(name, None)

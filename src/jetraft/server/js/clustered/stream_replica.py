@@ -1,0 +1,333 @@
+"""This server's replica of one clustered stream: a member of the stream's RAFT group.
+
+Every replica applies the committed entries of the group to the same deterministic stream
+state machine (``jetstream.stream.Stream``); the log is the durable record, so the messages
+themselves are kept by the state machine's store in memory and rebuilt from the log's
+snapshot and entries on restart.
+
+The leader alone:
+
+* subscribes to the stream's subjects, so publishes anywhere in the cluster reach it; each
+  one becomes a ``StoreMsg`` entry stamped with its clock and proposed (the RAFT node
+  batches proposals into one log append and one fsync), and the PubAck leaves once the
+  entry is committed, fsync'd on a quorum, and applied here. If leadership is lost first,
+  no PubAck is sent: the publisher times out and retries (Nats-Msg-Id makes that safe);
+* proposes ``Expire`` entries when messages reach max_age or their TTL;
+* brings the group in line with the assignment: a changed config becomes an
+  ``UpdateConfig`` entry, servers added to the assignment join (as learners, promoted once
+  caught up), servers no longer in it are removed (leadership moves first when it is us).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import msgspec
+
+from jetraft.jetstream.meta import StreamAssignment
+from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.stream import (
+    Entry as StreamEntry,
+)
+from jetraft.jetstream.stream import (
+    Expire,
+    OpResult,
+    PubAck,
+    Result,
+    StoreMsg,
+    Stream,
+    UpdateConfig,
+    decode_entry,
+    encode_entry,
+)
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.raft.node import Applied, NodeStopped
+from jetraft.raft.ready import NotLeader, ProposalDropped, RaftError, Role, SoftState
+from jetraft.raft.types import Entry
+from jetraft.server.core.accounts import Account
+from jetraft.server.core.internal import InternalClient
+from jetraft.server.core.router import Router
+from jetraft.server.js.clustered.group import GroupHost, RaftGroup
+
+log = logging.getLogger("jetraft.js.stream")
+
+PROPOSE_TIMEOUT_S = 5.0
+
+
+class ReplicaHost(GroupHost, Protocol):
+    @property
+    def router(self) -> Router: ...
+
+    @property
+    def domain(self) -> str: ...
+
+    def account_named(self, name: str) -> Account | None: ...
+
+    def stream_leader_changed(self, replica: StreamReplica) -> None: ...
+
+
+DirectHandler = Callable[["StreamReplica", str, str | None, bytes], None]
+
+
+class _Snapshot(msgspec.Struct, array_like=True):
+    config: StreamConfig
+    created_ns: int
+    chunks: list[bytes]
+
+
+class StreamReplica:
+    def __init__(self, host: ReplicaHost, sa: StreamAssignment, *, joining: bool) -> None:
+        self.host = host
+        self.sa = sa
+        account = host.account_named(sa.account)
+        assert account is not None
+        self.account = account
+        self.stream = Stream(sa.config, MemoryStore(), sa.created_ns, host.domain)
+        self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
+        self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
+        self.group = RaftGroup(
+            host, sa.group, self, () if joining else sa.peers, on_role=self._on_role
+        )
+        self.closed = False
+        self._leading = False
+        self._expire_timer: asyncio.TimerHandle | None = None
+        self._expire_due_ns = 0
+        self._reconcile_task: asyncio.Task[None] | None = None
+        self.apply_listeners: list[Callable[[StreamEntry, Result], None]] = []
+
+    @property
+    def name(self) -> str:
+        return self.sa.name
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.sa.account, self.sa.name)
+
+    @property
+    def is_leader(self) -> bool:
+        return self.group.is_leader
+
+    @property
+    def leader(self) -> str:
+        return self.group.leader
+
+    async def start(self) -> None:
+        await self.group.start()
+
+    async def stop(self) -> None:
+        self._close()
+        await self.group.stop()
+
+    async def destroy(self) -> None:
+        self._close()
+        await self.group.destroy()
+
+    def _close(self) -> None:
+        self.closed = True
+        self._lose_leadership()
+        self.client.close()
+        self.direct.close()
+
+    def serve_direct(self, handler: DirectHandler | None) -> None:
+        """Every replica of a stream with allow_direct answers DIRECT.GET; a queue group
+        makes exactly one of them answer each request."""
+        for sub in list(self.direct.subs.values()):
+            self.direct.unsubscribe(sub)
+        if handler is None or not self.sa.config.allow_direct or self.closed:
+            return
+
+        def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+            handler(self, subject, reply, data)
+
+        base = f"$JS.API.DIRECT.GET.{self.name}"
+        self.direct.subscribe(base, on_request, queue="_sys_")
+        self.direct.subscribe(base + ".>", on_request, queue="_sys_")
+
+    # --- the state machine (raft.node.StateMachine) ------------------------------------------
+
+    def apply(self, entry: Entry) -> object:
+        e = decode_entry(entry.data)
+        result = self.stream.apply(e)
+        for listener in self.apply_listeners:
+            listener(e, result)
+        if self._leading and (self._expire_timer is None or isinstance(e, UpdateConfig)):
+            self._arm_expiry()
+        return result
+
+    def snapshot(self) -> bytes:
+        chunks = list(self.stream.store.snapshot())
+        stream = self.stream
+        return msgspec.msgpack.encode(_Snapshot(stream.config, stream.created_ns, chunks))
+
+    def restore(self, data: bytes) -> None:
+        snap = msgspec.msgpack.decode(data, type=_Snapshot)
+        self.stream.store.restore(snap.chunks)
+        self.stream.reload(snap.config)
+
+    # --- leadership --------------------------------------------------------------------------
+
+    def _on_role(self, ss: SoftState) -> None:
+        if self.closed:
+            return
+        if ss.role is Role.LEADER and not self._leading:
+            log.info("JetStream cluster new stream leader for '%s > %s' (term %d)",
+                     self.sa.account, self.name, ss.term)
+            self._leading = True
+            self._subscribe()
+            self._arm_expiry()
+            self.reconcile()
+        elif ss.role is not Role.LEADER and self._leading:
+            self._lose_leadership()
+        self.host.stream_leader_changed(self)
+
+    def _lose_leadership(self) -> None:
+        self._leading = False
+        for sub in list(self.client.subs.values()):
+            self.client.unsubscribe(sub)
+        if self._expire_timer is not None:
+            self._expire_timer.cancel()
+            self._expire_timer = None
+
+    def _subscribe(self) -> None:
+        for sub in list(self.client.subs.values()):
+            self.client.unsubscribe(sub)
+        for subject in self.stream.config.subjects:
+            self.client.subscribe(subject, self._on_publish)
+
+    def assignment_changed(self, sa: StreamAssignment) -> None:
+        subjects_changed = sa.config.subjects != self.sa.config.subjects
+        self.sa = sa
+        if self._leading:
+            if subjects_changed:
+                self._subscribe()
+            self.reconcile()
+
+    # --- proposing ---------------------------------------------------------------------------
+
+    def propose(self, entry: StreamEntry) -> asyncio.Future[Applied]:
+        """Propose as leader; the future resolves once applied here (NotLeader otherwise)."""
+        node = self.group.node
+        if node is None:
+            raise NotLeader("")
+        return node.propose_nowait(encode_entry(entry))
+
+    async def propose_and_wait(self, entry: StreamEntry) -> Result:
+        fut = self.propose(entry)
+        applied = await asyncio.wait_for(fut, PROPOSE_TIMEOUT_S)
+        result = applied.result
+        if not isinstance(result, PubAck | OpResult):
+            raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
+        return result
+
+    def _on_publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        if not self._leading:
+            return
+        entry = StoreMsg(subject, reply or "", hdr, data, time.time_ns())
+        try:
+            fut = self.propose(entry)
+        except RaftError:
+            return  # no leader to take it: the publisher hears nothing and retries
+        if reply and not self.stream.config.no_ack:
+            fut.add_done_callback(functools.partial(self._send_ack, reply))
+
+    def _send_ack(self, reply: str, fut: asyncio.Future[Applied]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            if not isinstance(exc, NotLeader | ProposalDropped | NodeStopped):
+                log.warning("stream %s: proposal failed: %s", self.name, exc)
+            return
+        result = fut.result().result
+        if isinstance(result, PubAck):
+            self.client.publish(reply, result.body())
+
+    # --- expiry ------------------------------------------------------------------------------
+
+    def _arm_expiry(self) -> None:
+        due = self.stream.next_expiry_ns()
+        if due is None or not self._leading or self.closed:
+            return
+        if self._expire_timer is not None:
+            if self._expire_due_ns <= due:
+                return
+            self._expire_timer.cancel()
+        self._expire_due_ns = due
+        delay_s = max(due - time.time_ns(), 0) / 1e9 + 0.001
+        loop = asyncio.get_running_loop()
+        self._expire_timer = loop.call_later(min(delay_s, 3600.0), self._on_expire)
+
+    def _on_expire(self) -> None:
+        self._expire_timer = None
+        if not self._leading or self.closed:
+            return
+        try:
+            self.propose(Expire(time.time_ns()))
+        except RaftError:
+            return
+
+    # --- bringing the group in line with the assignment --------------------------------------
+
+    def reconcile(self) -> None:
+        if self._reconcile_task is None or self._reconcile_task.done():
+            self._reconcile_task = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        try:
+            for _ in range(20):  # bounded: each round makes one change or finds none
+                if self.closed or not self._leading:
+                    return
+                if not await self._reconcile_step():
+                    return
+        except Exception:
+            log.exception("stream %s: reconciling with its assignment failed", self.name)
+
+    async def _reconcile_step(self) -> bool:
+        node = self.group.node
+        if node is None:
+            return False
+        sa = self.sa
+        if sa.config != self.stream.config:
+            try:
+                await self.propose_and_wait(UpdateConfig(sa.config))
+            except (RaftError, TimeoutError) as exc:
+                log.debug("stream %s: config update: %s", self.name, exc)
+                return False
+            return True
+        want = set(sa.peers)
+        m = node.core.membership
+        have = set(m.voters) | set(m.learners)
+        try:
+            for peer in sorted(want - have):
+                log.info("stream %s: adding replica %s", self.name, peer)
+                await node.add_member(peer, timeout_s=30.0)
+                return True
+            for peer in sorted(have - want):
+                me = self.host.server_name
+                if peer == me:
+                    target = next((p for p in sorted(want) if p in m.voters), None)
+                    if target is not None:
+                        node.transfer_leadership(target)
+                    return False  # the new leader removes us
+                log.info("stream %s: removing replica %s", self.name, peer)
+                await asyncio.wait_for(node.remove_member(peer), PROPOSE_TIMEOUT_S)
+                return True
+        except (RaftError, ValueError, TimeoutError) as exc:
+            log.debug("stream %s: membership change: %s", self.name, exc)
+            await asyncio.sleep(0.2)
+            return True
+        return False
+
+    def step_down(self, preferred: str | None = None) -> str:
+        node = self.group.node
+        if node is None or not node.is_leader:
+            raise NotLeader(self.leader)
+        return node.transfer_leadership(preferred)
+
+    def cluster_info(self) -> dict[str, Any]:
+        return self.group.cluster_info()

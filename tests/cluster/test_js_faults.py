@@ -1,0 +1,216 @@
+"""Clustered streams under the faults real clusters meet: SIGKILL and SIGSTOP of leaders,
+quorum loss, network partitions, full restarts. Every acknowledged message must survive;
+nothing is acknowledged without a quorum."""
+
+from __future__ import annotations
+
+import asyncio
+
+import nats
+import nats.errors
+import nats.js.errors
+import pytest
+
+from tests.cluster.conftest import ClusterFactory
+from tests.cluster.harness import Cluster, Node, wait_until
+
+pytestmark = [pytest.mark.timeout(300)]
+
+NO_ACK = (nats.errors.TimeoutError, nats.errors.NoRespondersError,
+          nats.js.errors.NoStreamResponseError)
+
+
+async def _leader(nc: nats.NATS, stream: str) -> str:
+    async def known() -> str | None:
+        info = await nc.jetstream().stream_info(stream)
+        return info.cluster.leader if info.cluster and info.cluster.leader else None
+
+    return await wait_until(known, 20, f"a leader for {stream}")
+
+
+async def _publish_reliably(
+    nc: nats.NATS, subject: str, i: int, attempts: int = 40
+) -> tuple[int, bool]:
+    """Publish message i with Nats-Msg-Id; retry until acknowledged (bounded)."""
+    js = nc.jetstream()
+    for _ in range(attempts):
+        try:
+            ack = await js.publish(subject, b"msg %d" % i, timeout=1.0,
+                                   headers={"Nats-Msg-Id": f"id-{i}"})
+            return ack.seq, bool(ack.duplicate)
+        except NO_ACK:
+            await asyncio.sleep(0.1)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code != 10008:
+                raise
+            await asyncio.sleep(0.1)
+    raise AssertionError(f"message {i} never acknowledged")
+
+
+async def _check_all_present(nc: nats.NATS, stream: str, acked: dict[int, int]) -> None:
+    js = nc.jetstream()
+    info = await js.stream_info(stream)
+    assert info.state.messages == len(acked)
+    assert sorted(acked.values()) == list(range(1, len(acked) + 1))  # no gaps, no duplicates
+    for i, seq in acked.items():
+        msg = await js.get_msg(stream, seq)
+        assert msg.data == b"msg %d" % i
+
+
+def _other(cl: Cluster, *names: str) -> Node:
+    return next(n for n in cl.nodes if n.name not in names and n.running and not n.paused)
+
+
+async def test_sigkill_of_the_stream_leader_during_a_publish_loop(
+    make_cluster: ClusterFactory,
+) -> None:
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[0])
+    await admin.jetstream().add_stream(name="KILL", subjects=["kill"], num_replicas=3)
+    leader = await _leader(admin, "KILL")
+    await admin.close()
+    client_node = _other(cl, leader)
+    nc = await cl.connect(client_node)
+    acked: dict[int, int] = {}
+    for i in range(300):
+        if i == 100:
+            cl.node(leader).kill()
+        seq, _ = await _publish_reliably(nc, "kill", i)
+        acked[i] = seq
+    await _check_all_present(nc, "KILL", acked)
+    assert await _leader(nc, "KILL") != leader
+    # The killed server comes back and catches up with what it missed.
+    cl.node(leader).start()
+    await cl.wait_mesh()
+    await wait_until(lambda: cl.stream_messages("KILL") == {n.name: 300 for n in cl.nodes},
+                     30, "the restarted replica to catch up")
+    await nc.close()
+
+
+async def test_sigstop_of_the_leader_and_of_a_follower(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[0])
+    await admin.jetstream().add_stream(name="STOP", subjects=["stop"], num_replicas=3)
+    leader = await _leader(admin, "STOP")
+    await admin.close()
+    client_node = _other(cl, leader)
+    nc = await cl.connect(client_node)
+    acked: dict[int, int] = {}
+    for i in range(50):
+        acked[i], _ = await _publish_reliably(nc, "stop", i)
+    cl.node(leader).pause()  # alive but frozen: its sockets stay open
+    for i in range(50, 100):
+        acked[i], _ = await _publish_reliably(nc, "stop", i)
+    new_leader = await _leader(nc, "STOP")
+    assert new_leader != leader
+    cl.node(leader).resume()
+    await wait_until(lambda: cl.stream_messages("STOP").get(leader) == 100, 30,
+                     "the resumed replica to catch up")
+    follower = _other(cl, new_leader, client_node.name)  # a follower, not our server
+    follower.pause()
+    for i in range(100, 150):
+        acked[i], _ = await _publish_reliably(nc, "stop", i)
+    follower.resume()
+    await _check_all_present(nc, "STOP", acked)
+    await wait_until(lambda: cl.stream_messages("STOP") == {n.name: 150 for n in cl.nodes},
+                     30, "every replica to hold every message")
+    await nc.close()
+
+
+async def test_no_ack_without_quorum_and_recovery(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    n1, n2, n3 = cl.nodes
+    nc = await cl.connect(n1)
+    js = nc.jetstream()
+    await js.add_stream(name="QUORUM", subjects=["q"], num_replicas=3)
+    acked = {i: (await _publish_reliably(nc, "q", i))[0] for i in range(20)}
+    n2.kill()
+    # One server down of three: still a quorum.
+    for i in range(20, 40):
+        acked[i], _ = await _publish_reliably(nc, "q", i)
+    n3.kill()
+    # Two down: nothing may be acknowledged.
+    for i in range(40, 45):
+        with pytest.raises((*NO_ACK, nats.js.errors.APIError)):
+            await js.publish("q", b"msg %d" % i, timeout=1.0, headers={"Nats-Msg-Id": f"id-{i}"})
+    n3.start()
+    await cl.wait_mesh(nodes=[n1, n3])
+    for i in range(40, 60):
+        acked[i], _ = await _publish_reliably(nc, "q", i)
+    n2.start()
+    await cl.wait_mesh()
+    await _check_all_present(nc, "QUORUM", acked)
+    await wait_until(lambda: cl.stream_messages("QUORUM") == {n.name: 60 for n in cl.nodes},
+                     30, "every replica to catch up")
+    await nc.close()
+
+
+async def test_partitioned_leader_never_acknowledges(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3, proxies=True)
+    await cl.start()
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[0])
+    await admin.jetstream().add_stream(name="PART", subjects=["part.>"], num_replicas=3)
+    leader = await _leader(admin, "PART")
+    await admin.close()
+    lnode = cl.node(leader)
+    others = [n for n in cl.nodes if n is not lnode]
+    minority = await cl.connect(lnode)
+    majority = await cl.connect(others[0])
+    acked = {i: (await _publish_reliably(majority, "part.x", i))[0] for i in range(20)}
+    cl.partition([lnode], others)
+    # The isolated leader's side may take the message but can never commit it.
+    for i in range(3):
+        with pytest.raises(NO_ACK):
+            await minority.jetstream().publish("part.lost", b"lost %d" % i, timeout=1.5)
+    for i in range(20, 40):
+        acked[i], _ = await _publish_reliably(majority, "part.x", i)
+    cl.heal()
+    await wait_until(lambda: cl.stream_messages("PART") == {n.name: 40 for n in cl.nodes},
+                     30, "the healed replica to converge")
+    await _check_all_present(majority, "PART", acked)
+    await minority.close()
+    await majority.close()
+
+
+async def test_full_restart_keeps_every_acknowledged_message(
+    make_cluster: ClusterFactory,
+) -> None:
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    nc = await cl.connect(cl.nodes[0])
+    js = nc.jetstream()
+    await js.add_stream(name="DUR", subjects=["dur"], num_replicas=3)
+    await js.add_stream(name="ONE", subjects=["one"], num_replicas=1)
+    acked = {i: (await _publish_reliably(nc, "dur", i))[0] for i in range(100)}
+    await js.publish("one", b"single")
+    await nc.close()
+    for n in cl.nodes:  # SIGKILL everyone: no shutdown code runs
+        n.kill()
+    for n in cl.nodes:
+        n.start()
+    await cl.wait_mesh()
+    await cl.wait_jetstream()
+    nc = await cl.connect(cl.nodes[1])
+    await _leader(nc, "DUR")
+    await _check_all_present(nc, "DUR", acked)
+    await _leader(nc, "ONE")
+    assert (await nc.jetstream().stream_info("ONE")).state.messages == 1
+    for n in cl.nodes:  # and a clean stop/start
+        n.stop()
+    for n in cl.nodes:
+        n.start()
+    await cl.wait_mesh()
+    await cl.wait_jetstream()
+    nc2 = await cl.connect(cl.nodes[2])
+    await _leader(nc2, "DUR")
+    await _check_all_present(nc2, "DUR", acked)
+    await nc.close()
+    await nc2.close()

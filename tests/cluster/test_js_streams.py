@@ -1,0 +1,176 @@
+"""Clustered streams through nats-py: placement, replication, the stream info cluster
+section, step-down, purge, delete, scaling. One 3-server cluster for the module."""
+
+from __future__ import annotations
+
+import json
+
+import nats
+import nats.js.errors
+import pytest
+
+from tests.cluster.harness import Cluster, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def _connect(cl: Cluster, index: int = 0) -> nats.NATS:
+    await cl.wait_jetstream()
+    return await cl.connect(cl.nodes[index])
+
+
+async def test_r3_stream_is_placed_replicated_and_reported(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    info = await js.add_stream(name="ORDERS", subjects=["orders.>"], num_replicas=3)
+    assert info.config.num_replicas == 3
+    cluster = info.cluster
+    assert cluster is not None and cluster.name == "C1"
+    names = {n.name for n in cl.nodes}
+    assert cluster.leader in names
+    assert {r.name for r in cluster.replicas or []} == names - {cluster.leader}
+    for i in range(50):
+        ack = await js.publish(f"orders.{i}", b"order %d" % i)
+        assert ack.stream == "ORDERS" and ack.seq == i + 1
+    # Every replica holds every message: read each server's own copy through /jsz.
+    def replicated() -> bool:
+        return cl.stream_messages("ORDERS") == {n.name: 50 for n in cl.nodes}
+
+    await wait_until(replicated, what="all replicas hold the messages")
+    info = await js.stream_info("ORDERS")
+    assert info.state.messages == 50 and info.state.last_seq == 50
+    reps = info.cluster.replicas or []
+    assert len(reps) == 2 and all(r.current for r in reps)
+    assert all(r.active is not None and 0 < r.active < 5_000_000_000 for r in reps)  # ns
+    msg = await js.get_msg("ORDERS", 7)
+    assert msg.data == b"order 6"
+    await nc.close()
+
+
+async def test_publish_and_info_through_every_server(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    conns = [await _connect(cl, i) for i in range(3)]
+    await conns[0].jetstream().add_stream(name="EVERY", subjects=["every"], num_replicas=3)
+    seqs = []
+    for k, nc in enumerate(conns * 5):
+        seqs.append((await nc.jetstream().publish("every", b"%d" % k)).seq)
+    assert seqs == list(range(1, 16))
+    for nc in conns:
+        info = await nc.jetstream().stream_info("EVERY")
+        assert info.state.messages == 15
+        await nc.close()
+
+
+async def test_r1_stream_and_too_many_replicas(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    info = await js.add_stream(name="SINGLE", subjects=["single"], num_replicas=1)
+    assert info.cluster is not None and info.cluster.leader
+    assert not info.cluster.replicas
+    await js.publish("single", b"one")
+    with pytest.raises(nats.js.errors.APIError) as err:
+        await js.add_stream(name="FIVE", subjects=["five"], num_replicas=5)
+    assert err.value.err_code == 10005
+    assert "no suitable peers for placement" in (err.value.description or "")
+    with pytest.raises(nats.js.errors.APIError) as err:
+        await js.add_stream(
+            name="TAGGED", subjects=["tagged"], placement=nats.js.api.Placement(tags=["ssd"])
+        )
+    assert err.value.err_code == 10005
+    assert "tags not matched ['ssd']" in (err.value.description or "")
+    await nc.close()
+
+
+async def test_create_is_idempotent_and_conflicts_are_refused(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    await js.add_stream(name="IDEM", subjects=["idem.>"], num_replicas=3)
+    again = await js.add_stream(name="IDEM", subjects=["idem.>"], num_replicas=3)
+    assert again.config.name == "IDEM"
+    with pytest.raises(nats.js.errors.APIError) as err:
+        await js.add_stream(name="IDEM", subjects=["idem.other"], num_replicas=3)
+    assert err.value.err_code == 10058
+    with pytest.raises(nats.js.errors.APIError) as err:
+        await js.add_stream(name="OVERLAP", subjects=["idem.x"], num_replicas=1)
+    assert err.value.err_code == 10065
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await js.stream_info("NOPE")
+    names = await js.streams_info()
+    assert "IDEM" in {s.config.name for s in names}
+    await nc.close()
+
+
+async def test_stream_leader_step_down_elects_another(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    await js.add_stream(name="STEP", subjects=["step"], num_replicas=3)
+    await js.publish("step", b"before")
+    before = (await js.stream_info("STEP")).cluster.leader
+    reply = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.STEP", b"", timeout=5)
+    assert json.loads(reply.data)["success"] is True
+
+    async def new_leader() -> str | None:
+        leader = (await js.stream_info("STEP")).cluster.leader
+        return leader if leader and leader != before else None
+
+    after = await wait_until(new_leader, 10, "a new stream leader")
+    assert after != before
+    ack = await js.publish("step", b"after")
+    assert ack.seq == 2
+    await nc.close()
+
+
+async def test_purge_delete_message_and_delete_stream(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    await js.add_stream(name="OPS", subjects=["ops.*"], num_replicas=3)
+    for i in range(10):
+        await js.publish(f"ops.{'a' if i % 2 else 'b'}", b"%d" % i)
+    assert await js.delete_msg("OPS", 3)
+    with pytest.raises(nats.js.errors.APIError) as err:
+        await js.delete_msg("OPS", 3)
+    assert err.value.err_code == 10043  # sequence 3 not found
+    assert await js.purge_stream("OPS", subject="ops.a")
+    info = await js.stream_info("OPS")
+    assert info.state.messages == 4  # ops.b from i = 0, 4, 6, 8 (i = 2 was seq 3, deleted)
+
+    def replicas_agree() -> bool:
+        return cl.stream_messages("OPS") == {n.name: 4 for n in cl.nodes}
+
+    await wait_until(replicas_agree, what="replicas to agree")
+    assert await js.delete_stream("OPS")
+    with pytest.raises(nats.js.errors.NotFoundError):
+        await js.stream_info("OPS")
+    await nc.close()
+
+
+async def test_scale_up_and_down(shared_cluster: Cluster) -> None:
+    cl = shared_cluster
+    nc = await _connect(cl)
+    js = nc.jetstream()
+    await js.add_stream(name="SCALE", subjects=["scale"], num_replicas=1)
+    for i in range(20):
+        await js.publish("scale", b"%d" % i)
+    await js.update_stream(name="SCALE", subjects=["scale"], num_replicas=3)
+
+    async def three_current() -> bool:
+        info = await js.stream_info("SCALE")
+        reps = info.cluster.replicas or []
+        return len(reps) == 2 and all(r.current for r in reps)
+
+    await wait_until(three_current, 20, "three current replicas")
+    assert (await js.stream_info("SCALE")).state.messages == 20
+    await js.update_stream(name="SCALE", subjects=["scale"], num_replicas=1)
+
+    async def one_replica() -> bool:
+        info = await js.stream_info("SCALE")
+        return not info.cluster.replicas and info.config.num_replicas == 1
+
+    await wait_until(one_replica, 20, "a single replica")
+    assert (await js.publish("scale", b"more")).seq == 21
+    await nc.close()

@@ -1,0 +1,208 @@
+"""The route mesh with real server processes: core NATS across servers."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+
+import nats.errors
+import pytest
+
+from tests.cluster.conftest import ClusterFactory
+from tests.cluster.harness import Node, wait_until
+
+pytestmark = pytest.mark.timeout(180)
+
+
+async def test_seed_configs_form_a_mesh_and_route_messages(make_cluster: ClusterFactory) -> None:
+    """The seeds' three-server configs (hosts, ports and store_dir substituted): every
+    server routes to the other two, and a message published on one reaches subscribers on
+    the others exactly once; request/reply and no-responders work across servers."""
+    cl = make_cluster(3, jetstream=lambda i: False)
+    await cl.start()
+    n1, n2, n3 = cl.nodes
+    for node in cl.nodes:
+        assert node.http("/varz")["cluster"]["name"] == "C1"
+        assert node.http("/routez")["num_routes"] == 2
+    a, b, c = [await cl.connect(n) for n in (n1, n2, n3)]
+    got: dict[str, list[bytes]] = collections.defaultdict(list)
+
+    async def collect(name: str) -> None:
+        async def cb(msg: nats.aio.msg.Msg) -> None:
+            got[name].append(msg.data)
+
+        await {"b": b, "c": c}[name].subscribe("orders.>", cb=cb)
+
+    await collect("b")
+    await collect("c")
+
+    async def helper(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(b"from n3:" + msg.data)
+
+    await c.subscribe("help", cb=helper)
+    await c.flush()
+    # Interest travels to n1 over the routes: wait until a request finds the helper.
+    reply = await wait_until(lambda: a.request("help", b"x", timeout=0.5), what="interest at n1")
+    assert reply.data == b"from n3:x"
+    for i in range(50):
+        await a.publish(f"orders.{i}", str(i).encode())
+    await a.flush()
+    want = [str(i).encode() for i in range(50)]
+    await wait_until(lambda: len(got["b"]) >= 50 and len(got["c"]) >= 50, what="deliveries")
+    await asyncio.sleep(0.2)  # bounded negative wait: nothing arrives twice
+    assert got["b"] == want and got["c"] == want
+    with pytest.raises(nats.errors.NoRespondersError):
+        await a.request("nobody.home", b"?", timeout=2)
+    for conn in (a, b, c):
+        await conn.close()
+
+
+async def test_queue_group_members_across_servers_get_each_message_once(
+    make_cluster: ClusterFactory,
+) -> None:
+    cl = make_cluster(3, jetstream=lambda i: False)
+    await cl.start()
+    pub = await cl.connect(cl.nodes[0])
+    conns = [await cl.connect(n) for n in cl.nodes[1:]]
+    seen: list[tuple[int, bytes]] = []
+    plain: list[bytes] = []
+    for k, conn in enumerate(conns):
+        for _ in range(2):  # two members per server
+
+            async def cb(msg: nats.aio.msg.Msg, k: int = k) -> None:
+                seen.append((k, msg.data))
+
+            await conn.subscribe("work", queue="workers", cb=cb)
+
+    async def watch(msg: nats.aio.msg.Msg) -> None:
+        plain.append(msg.data)
+
+    await conns[0].subscribe("work", cb=watch)
+    for conn in conns:
+        await conn.flush()
+    # At n1: the queue group from n2 and from n3, and n2's plain subscription.
+    await wait_until(lambda: cl.nodes[0].http("/subsz")["num_subscriptions"] >= 3,
+                     what="interest at n1")
+    total = 400
+    for i in range(total):
+        await pub.publish("work", b"%d" % i)
+    await pub.flush()
+    await wait_until(lambda: len(plain) >= total, what="plain deliveries")
+    await wait_until(lambda: len(seen) >= total, what="queue deliveries")
+    await asyncio.sleep(0.2)  # bounded negative wait: no duplicates follow
+    assert plain == [b"%d" % i for i in range(total)]
+    datas = [d for _, d in seen]
+    assert sorted(datas, key=int) == [b"%d" % i for i in range(total)]  # each exactly once
+    by_server = collections.Counter(k for k, _ in seen)
+    assert set(by_server) == {0, 1}  # both servers' members took a share
+    for conn in (pub, *conns):
+        await conn.close()
+
+
+async def test_single_seed_route_gossips_into_a_full_mesh(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(4, jetstream=lambda i: False)
+    seed = cl.nodes[0]
+    await cl.start(routes=lambda n: [] if n is seed else [seed.route_url])
+    for node in cl.nodes:
+        assert node.http("/routez")["num_routes"] == 3
+
+
+async def test_clients_discover_the_other_servers(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3, jetstream=lambda i: False)
+    n1, n2, n3 = cl.nodes
+    await cl.start(wait=False)
+    await cl.wait_serving(n1)
+    # Start with n1 alone reachable, then bring the others up one by one.
+    n2.stop()
+    n3.stop()
+    discovered: list[int] = []
+
+    async def on_discovered() -> None:
+        discovered.append(1)
+
+    nc = await cl.connect(n1, discovered_server_cb=on_discovered)
+    for other in (n2, n3):
+        other.start()
+        await cl.wait_mesh(nodes=[n1, other] + ([n2] if other is n3 else []))
+        await wait_until(
+            lambda other=other: f"{other.host}:{other.port}"
+            in {s.netloc for s in nc.discovered_servers},
+            what=f"{other.name} discovered",
+        )
+    assert len(discovered) == 2
+    await nc.close()
+
+
+async def test_restarted_server_rejoins(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3, jetstream=lambda i: False)
+    await cl.start()
+    n1, n2, _ = cl.nodes
+    n2.kill()
+    await wait_until(lambda: n1.http("/routez")["num_routes"] == 1, what="n1 to notice")
+    n2.start()
+    await cl.wait_mesh()
+    a, b = await cl.connect(n1), await cl.connect(n2)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data)
+
+    await b.subscribe("again", cb=echo)
+    await b.flush()
+    reply = await wait_until(lambda: a.request("again", b"hello", timeout=0.5), what="rejoin")
+    assert reply.data == b"hello"
+    await a.close()
+    await b.close()
+
+
+async def test_duplicate_server_name_is_refused(make_cluster: ClusterFactory) -> None:
+    """A server started with a name the cluster already has never joins it."""
+    cl = make_cluster(3, jetstream=lambda i: False)
+    cl.nodes[2].name_override = "n1-c1"
+    n1, n2, dup = cl.nodes
+    await cl.start(wait=False)
+    dup.stop()  # the impostor comes once n1 and n2 know each other
+    await cl.wait_mesh(nodes=[n1, n2])
+    dup.start()
+    await cl.wait_serving(dup)
+    await wait_until(lambda: "duplicate server name" in dup.log() + n2.log(), what="refusal")
+    n1_id = n1.http("/varz")["server_id"]
+    dup_id = dup.http("/varz")["server_id"]
+    # The impostor keeps dialing and keeps being refused: over a bounded window, n1 and n2
+    # never list a route to it.
+    for _ in range(20):
+        for node in (n1, n2):
+            ids = {r["remote_id"] for r in node.http("/routez")["routes"]}
+            assert dup_id not in ids
+        assert {r["remote_id"] for r in n2.http("/routez")["routes"]} == {n1_id}
+        await asyncio.sleep(0.05)
+
+
+async def test_other_cluster_name_is_refused(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(2, jetstream=lambda i: False)
+    cl.nodes[1].cluster_name = "OTHER"
+    await cl.start(wait=False)
+    for node in cl.nodes:
+        await cl.wait_serving(node)
+    await wait_until(lambda: "does not match" in cl.nodes[0].log(), what="refusal logged")
+    assert cl.nodes[0].http("/routez")["num_routes"] == 0
+
+
+async def test_route_credentials_are_checked(make_cluster: ClusterFactory) -> None:
+    cl = make_cluster(3, jetstream=lambda i: False)
+    for node in cl.nodes:
+        node.cluster_extra = "  authorization { user: ruser, password: rpass }\n"
+
+    def routes(node: Node) -> list[str]:
+        secret = "wrong" if node.index == 3 else "rpass"
+        return [u.replace("://", f"://ruser:{secret}@") for u in cl.routes_for(node)]
+
+    await cl.start(wait=False, routes=routes)
+    n1, n2, n3 = cl.nodes
+    for node in cl.nodes:
+        await cl.wait_serving(node)
+    await cl.wait_mesh(nodes=[n1, n2])
+    # n3 dials with a wrong password and is refused; n1 and n2 dial n3 with the right one,
+    # so n3 still joins the mesh through the routes they solicit.
+    await wait_until(lambda: "Authorization Violation" in n3.log() + n1.log() + n2.log(),
+                     what="refusal")
+    await cl.wait_mesh()

@@ -1,0 +1,56 @@
+"""The route protocol's frames: round trips, frames split anywhere, and bad input."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from jetraft.protocol import route as rp
+
+
+def _frames() -> list[tuple[bytes, object]]:
+    return [
+        (rp.encode_info({"server_id": "A", "routes": [{"id": "B"}]}),
+         rp.Info({"server_id": "A", "routes": [{"id": "B"}]})),
+        (rp.encode_connect({"user": "u", "pass": "p"}), rp.Connect({"user": "u", "pass": "p"})),
+        (rp.PING_FRAME, rp.Ping()),
+        (rp.PONG_FRAME, rp.Pong()),
+        (rp.encode_err("nope"), rp.Err("nope")),
+        (rp.encode_sub("$G", "foo.>", "q", 3), rp.RSub("$G", "foo.>", "q", 3)),
+        (rp.encode_unsub("$G", "foo.>", None), rp.RUnsub("$G", "foo.>", None)),
+        (
+            rp.encode_msg("$G", "a.b", "_INBOX.1", None, ["q1", "q2"], b"NATS/1.0\r\n\r\n", b"x"),
+            rp.RMsg("$G", "a.b", "_INBOX.1", None, ["q1", "q2"], b"NATS/1.0\r\n\r\n", b"x"),
+        ),
+        (rp.encode_raft([("S-1", b"\x01\x02"), ("_meta_", b"")]),
+         rp.RaftBatch([("S-1", b"\x01\x02"), ("_meta_", b"")])),
+    ]
+
+
+def test_every_frame_round_trips() -> None:
+    parser = rp.RouteParser()
+    for frame, event in _frames():
+        assert parser.feed(frame) == [event]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=40), max_size=30))
+def test_frames_split_at_any_point_decode_the_same(cuts: list[int]) -> None:
+    stream = b"".join(f for f, _ in _frames())
+    parser = rp.RouteParser()
+    out: list[object] = []
+    pos = 0
+    for cut in cuts:
+        out += parser.feed(stream[pos : pos + cut])
+        pos += cut
+    out += parser.feed(stream[pos:])
+    assert out == [e for _, e in _frames()]
+
+
+def test_oversized_and_unknown_frames_are_protocol_errors() -> None:
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser(max_frame=10).feed(rp.encode_info({"x": "y" * 20}))
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser().feed(b"\x00\x00\x00\x01\x63")
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser().feed(b"\x00\x00\x00\x03" + bytes([rp.OP_SUB]) + b"\xc1\xc1")
