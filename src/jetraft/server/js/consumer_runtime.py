@@ -43,6 +43,7 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import StoreDisk
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
@@ -101,6 +102,11 @@ class ConsumerOwner(Protocol):
 
     @property
     def disk(self) -> StoreDisk: ...
+
+    @property
+    def cipher(self) -> RecordCipher | None:
+        """The stream's record cipher (encryption at rest), None when stored in clear."""
+        ...
 
     def disk_gate(self, name: str) -> asyncio.Future[None] | None:
         """Done once a deleted consumer of that name no longer touches its files."""
@@ -733,7 +739,7 @@ class ConsumerRuntime:
         path = self.owner.state_path(self.core.name)
         if path is None:
             return Prepared(None)
-        blob = consumer_state.encode(consumer_state.snapshot(self.core))
+        blob = consumer_state.encode(consumer_state.snapshot(self.core), self.owner.cipher)
         return Prepared(functools.partial(write_state, self.owner.disk, path, blob))
 
     # --- info -----------------------------------------------------------------------------
