@@ -360,7 +360,6 @@ class FileStore(BaseStore):
         try:
             paths = self._overwrite_erased()
             self._drop_front_blocks()
-            self._compact_some()
         except OSError as e:
             raise self._fail(e) from e
         self._write_out()
@@ -449,8 +448,9 @@ class FileStore(BaseStore):
 
     def _compact_some(self) -> None:
         """Rewrite the sealed blocks with the smallest live share (under half), reading at
-        most two block sizes per rotation or sync: write amplification stays bounded. Only
-        blocks that lost nothing since the last sync (see ``_compact``)."""
+        most two block sizes per rotation: write amplification stays bounded. Only blocks that
+        lost nothing since the last sync (see ``_compact``); at a rotation that is every block,
+        since everything written was just made durable."""
         cands = [
             b
             for b in self._blocks.values()

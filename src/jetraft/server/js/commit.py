@@ -194,7 +194,8 @@ class CommitQueue:
         barrier = _current.get()
         if barrier is not None and self not in barrier.queues:
             barrier.queues.append(self)
-        self._commit_later()
+        if not self._scheduled and self._timer is None:  # else a commit is on its way
+            self._commit_later()
 
     def after_durable(self, callback: Callback) -> None:
         """``callback(None)`` once every change applied before this call is durable (lazy
@@ -203,7 +204,8 @@ class CommitQueue:
             callback(CommitClosed(f"{self.name} is closed"))
             return
         self._waiting.append(callback)
-        self._schedule()
+        if not self._scheduled:
+            self._schedule()
 
     def set_write(self, write: Callable[[], None] | None) -> None:
         """Switch between lazy mode (``write`` given) and durable mode (config updates)."""
