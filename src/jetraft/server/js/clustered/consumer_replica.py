@@ -340,6 +340,10 @@ class _Owner:
     def disk(self) -> StoreDisk:
         return OS_DISK
 
+    @property
+    def cipher(self) -> None:
+        return None  # no state file: the group's log is the record
+
     def disk_gate(self, name: str) -> None:
         return None
 
