@@ -50,7 +50,7 @@ from benchmarks.cluster_common import KINDS, BenchCluster, ClusterNode, cpu_seco
 from benchmarks.common import load_summary, machine_summary
 from benchmarks.js_consume import CONSUMER
 from benchmarks.js_consume import measure as measure_consume
-from benchmarks.js_publish import Scenario, drive
+from benchmarks.js_publish import Scenario, drive, drive_counts
 
 PAYLOAD = 128
 MAX_MSGS = 10_000_000  # publish runs are bounded by time (--run-s)
@@ -60,6 +60,7 @@ SECTIONS = ("publish", "consume", "failover", "start", "idle")
 @dataclass
 class Results:
     publish: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
+    publish_cpu: dict[tuple[int, str, str], dict[str, list[float]]] = field(default_factory=dict)
     consume: dict[str, float] = field(default_factory=dict)
     gaps: dict[str, list[float]] = field(default_factory=dict)
     ready: dict[str, list[float]] = field(default_factory=dict)
@@ -114,28 +115,54 @@ class Profiler:
             self.proc.wait(30)
 
 
+async def delete_stream(cl: BenchCluster, name: str) -> None:
+    nc = await cl.connect(next(n for n in cl.nodes if n.running))
+    try:
+        await nc.jetstream().delete_stream(name)
+    finally:
+        await nc.close()
+
+
 def publish_section(cl: BenchCluster, args: argparse.Namespace, res: Results) -> None:
+    """Every run on a fresh stream (a jetraft replica's snapshot cost grows with the
+    stream, so a run on a stream filled by the runs before would be penalised)."""
     for replicas in (1, 3):
-        stream, subject = f"P{replicas}", f"p{replicas}"
-        asyncio.run(create_stream(cl, stream, subject, replicas))
-        leader = asyncio.run(leader_of(cl, stream))
-        other = next(n for n in cl.nodes if n is not leader)
-        for where, node in (("leader", leader), ("follower", other)):
+        for where in ("leader", "follower"):
             for mode in ("sync", "async"):
-                if mode == "sync":
-                    sc = Scenario("sync", PAYLOAD, 1, 1, args.run_s)
-                else:
-                    sc = Scenario("async", PAYLOAD, args.window, args.pubs, args.run_s)
-                prof = None
-                if cl.kind == "jetraft" and replicas == 3 and mode == "async":
-                    prof = Profiler(args.py_spy, f"publish-r3-{where}-leader", leader.pid, 60)
-                try:
-                    rate = drive(node.addr, subject.encode(), sc, MAX_MSGS)
-                finally:
-                    if prof is not None:
-                        prof.stop()
-                res.publish.setdefault((replicas, where, mode), {})[cl.kind] = rate
-                print(f"  {cl.kind} R{replicas} {mode} on {where}: {rate:,.0f} msg/s", flush=True)
+                rate, cpu = publish_run(cl, args, replicas, where, mode)
+                key = (replicas, where, mode)
+                res.publish.setdefault(key, {})[cl.kind] = rate
+                res.publish_cpu.setdefault(key, {})[cl.kind] = cpu
+                print(f"  {cl.kind} R{replicas} {mode} on {where}: {rate:,.0f} msg/s, "
+                      f"servers' CPU {fmt_list(cpu, 0)} us/msg", flush=True)
+
+
+def publish_run(
+    cl: BenchCluster, args: argparse.Namespace, replicas: int, where: str, mode: str
+) -> tuple[float, list[float]]:
+    """(acked msg/s, CPU microseconds per acked message of each server: leader first)."""
+    stream, subject = f"P{replicas}{where[0]}{mode}".upper(), f"p.{replicas}.{where}.{mode}"
+    asyncio.run(create_stream(cl, stream, subject, replicas))
+    leader = asyncio.run(leader_of(cl, stream))
+    others = [n for n in cl.nodes if n is not leader]
+    node = leader if where == "leader" else others[0]
+    if mode == "sync":
+        sc = Scenario("sync", PAYLOAD, 1, 1, args.run_s)
+    else:
+        sc = Scenario("async", PAYLOAD, args.window, args.pubs, args.run_s)
+    prof = None
+    if cl.kind == "jetraft" and replicas == 3 and mode == "async":
+        prof = Profiler(args.py_spy, f"publish-r3-on-{where}-leader", leader.pid, 60)
+    order = [leader, *others]
+    before = [cpu_seconds(n.pid) for n in order]
+    try:
+        acked, elapsed = drive_counts(node.addr, subject.encode(), sc, MAX_MSGS)
+    finally:
+        if prof is not None:
+            prof.stop()
+    cpu = [1e6 * (cpu_seconds(n.pid) - b) / acked for n, b in zip(order, before, strict=True)]
+    asyncio.run(delete_stream(cl, stream))
+    return acked / elapsed, cpu
 
 
 def consume_section(cl: BenchCluster, args: argparse.Namespace, res: Results) -> None:
@@ -292,8 +319,8 @@ def idle_section(cl: BenchCluster, args: argparse.Namespace, res: Results) -> No
           f"with streams {fmt_list(phases['streams'])}", flush=True)
 
 
-def fmt_list(xs: list[float]) -> str:
-    return "/".join(f"{x:.1f}" for x in xs)
+def fmt_list(xs: list[float], digits: int = 1) -> str:
+    return "/".join(f"{x:.{digits}f}" for x in xs)
 
 
 def traffic_sections(
@@ -383,6 +410,12 @@ def report(res: Results, args: argparse.Namespace) -> None:
             cells = "".join(f"{x:>{w},.0f}" if x else f"{'-':>{w}}"
                             for x, w in ((j, 10), (d, 11), (a, 13)))
             print(f"{f'R{r} {mode} on {where}':<20}{cells}{ratio(j, d):>9}{ratio(j, a):>11}")
+        print("\nservers' CPU per acked message, us (stream leader/other/other; less noisy "
+              "than the rates on a shared machine)")
+        print(f"{'scenario':<20}{'jetraft':>16}{'nats dflt':>16}{'nats always':>16}")
+        for (r, where, mode), row in res.publish_cpu.items():
+            cells = "".join(f"{fmt_list(row[k], 0) if k in row else '-':>16}" for k in KINDS)
+            print(f"{f'R{r} {mode} on {where}':<20}{cells}")
     if res.consume:
         j, d = res.consume.get("jetraft"), res.consume.get("nats-server")
         print(f"\nR3 pull consume + acks ({args.consume_msgs} msgs, batch {args.batch}): "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -131,7 +132,7 @@ def _publisher(
     go: mp.Event,
     out: mp.Queue,
 ) -> None:
-    conn = Conn(addr[1], addr[0])
+    conn = Conn(addr[1], addr[0], timeout_s=60)  # a stalled server fails the run
     conn.sock.sendall(b"SUB _INBOX.b%d.* 1\r\nPING\r\n" % idx)
     while conn.line() != b"PONG":
         pass
@@ -170,6 +171,14 @@ def drive(addr: tuple[str, int], subject: bytes, sc: Scenario, n: int) -> float:
     """Publish ``n`` messages (fewer if ``sc.max_s`` runs out first) to ``subject`` on the
     server at ``addr`` as ``sc`` says, from separate processes; return acknowledged messages
     per second. Any refusal is an error."""
+    acked, elapsed = drive_counts(addr, subject, sc, n)
+    return acked / elapsed
+
+
+def drive_counts(
+    addr: tuple[str, int], subject: bytes, sc: Scenario, n: int
+) -> tuple[int, float]:
+    """``drive``, returning (acknowledged messages, elapsed seconds)."""
     ctx = mp.get_context("fork")
     out: mp.Queue = ctx.Queue()
     go = ctx.Event()
@@ -182,14 +191,23 @@ def drive(addr: tuple[str, int], subject: bytes, sc: Scenario, n: int) -> float:
         p.start()
     time.sleep(0.5)  # let every publisher connect before the clock starts
     go.set()
-    results = [out.get(timeout=600) for _ in procs]
+    results = []
+    deadline = time.monotonic() + 600
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1))
+        except queue.Empty:
+            if any(p.exitcode for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.terminate()
+                raise RuntimeError("a publisher failed (see its traceback above)") from None
     for p in procs:
         p.join(10)
     errors = sum(r[3] for r in results)
     if errors:
         raise RuntimeError(f"{errors} publishes were refused")
     elapsed = max(r[1] for r in results) - min(r[0] for r in results)
-    return sum(r[2] for r in results) / elapsed
+    return sum(r[2] for r in results), elapsed
 
 
 def main() -> None:
