@@ -182,7 +182,14 @@ def consume_section(cl: BenchCluster, args: argparse.Namespace, res: Results) ->
 
     asyncio.run(add_consumer())
     node = asyncio.run(leader_of(cl, stream, CONSUMER))
-    rate = measure_consume(node.port, n, args.batch, host=node.host, stream=stream)
+    prof = None
+    if cl.kind == "jetraft":
+        prof = Profiler(args.py_spy, "consume-r3-consumer-leader", node.pid, 120)
+    try:
+        rate = measure_consume(node.port, n, args.batch, host=node.host, stream=stream)
+    finally:
+        if prof is not None:
+            prof.stop()
     res.consume[cl.kind] = rate
     print(f"  {cl.kind} R3 pull consume + acks: {rate:,.0f} msg/s", flush=True)
 
