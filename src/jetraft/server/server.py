@@ -19,6 +19,7 @@ from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 from jetraft.server.core.router import Router, totals
 from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
+from jetraft.server.monitor import MonitorData, MonitorServer, SystemRequests
 
 log = logging.getLogger("jetraft.server")
 
@@ -52,7 +53,9 @@ class Server:
         if config.tls is not None:
             self.tls_context = make_server_context(config.tls)
         self.client_port = config.port
-        self.monitor: Any = None
+        self.monitoring = MonitorData(self)  # the data; served over HTTP and $SYS requests
+        self.monitor: MonitorServer | None = None  # the HTTP endpoint, when configured
+        self.sys_requests = SystemRequests(self, self.monitoring)
         self.in_lame_duck = False
         self._upgrade_after_info = False
         self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
@@ -83,6 +86,7 @@ class Server:
 
             self.jetstream = JetStreamManager(self)
             await self.jetstream.start()
+        self.sys_requests.start()
         # Port -1 asks for any free port (nats-server's RANDOM_PORT).
         port = 0 if cfg.port < 0 else cfg.port
         # handshake_first: TLS starts before INFO (nats-py's tls_handshake_first); otherwise
@@ -104,9 +108,7 @@ class Server:
             self.client_port = srv.sockets[0].getsockname()[1]
         log.info("Listening for client connections on %s:%d", cfg.host, self.client_port)
         if cfg.http_port != 0:
-            from jetraft.server.monitor import MonitorServer
-
-            self.monitor = MonitorServer(self)
+            self.monitor = MonitorServer(self.monitoring)
             await self.monitor.start(cfg.http_host or cfg.host, max(cfg.http_port, 0))
         self._ping_task = asyncio.create_task(self._ping_loop())
         log.info("Server is ready (id %s, name %s)", self.server_id, self.name)
@@ -120,6 +122,7 @@ class Server:
             self._ping_task.cancel()
         if self.monitor is not None:
             await self.monitor.stop()
+        self.sys_requests.stop()
         if self.jetstream is not None:
             await self.jetstream.stop()
         if self.mesh is not None:
@@ -322,8 +325,7 @@ class Server:
         if conn.connected:
             conn.account.num_connections -= 1
         conn.remove_all_subs()
-        if self.monitor is not None:
-            self.monitor.remember_closed(conn)
+        self.monitoring.remember_closed(conn)
 
     def totals(self) -> AccountStats:
         return totals(list(self.auth.accounts.values()))

@@ -66,6 +66,11 @@ class Authenticator:
         if cfg.operator is not None:
             self.operator = OperatorAuthority(cfg.operator, self.accounts, clock)
         self.system_account_name = cfg.system_account or ""
+        # The system account exists even when no config block names it (nats-server's
+        # default "$SYS"): server requests and cluster traffic use it; nobody can log in to
+        # it without a user of its own. ``no_system_account`` leaves the name empty.
+        if self.system_account_name:
+            self.accounts.setdefault(self.system_account_name, Account(self.system_account_name))
         self.no_auth_user = cfg.no_auth_user or ""
         if self.no_auth_user and not (
             self.no_auth_user in self.users or self.no_auth_user in self.nkeys

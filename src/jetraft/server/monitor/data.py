@@ -1,41 +1,44 @@
-"""The monitoring HTTP endpoint: /healthz, /varz, /connz, /subsz in nats-server's JSON shapes."""
+"""What the monitoring data is: nats-server's /varz, /connz, /subsz, /routez, /jsz,
+/accountz and statsz bodies, built from the live server.
+
+How the data is served lives elsewhere: ``http.py`` (the monitoring port) and ``sysreq.py``
+(``$SYS.REQ.SERVER.*`` requests in the system account) call the same builders. A builder takes
+its options as a mapping of names to strings, the query-string form; the system requests
+translate their JSON options into it.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import contextlib
-import logging
 import os
 import resource
 import ssl
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
-
-import msgspec
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
+from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
+from jetraft.server.js.manager import JetStreamManager
+
+Query = Mapping[str, str]
 
 
-class JszSource(Protocol):
-    def jsz(self, q: Mapping[str, str]) -> dict[str, Any]: ...
-
-
-class RoutezSource(Protocol):
+class MeshSource(Protocol):
     @property
     def port(self) -> int: ...
 
     def routez(self) -> list[dict[str, Any]]: ...
 
+    def peers(self) -> list[PeerInfo]: ...
+
 
 class MonitoredServer(Protocol):
-    """What the monitoring endpoints read (``server.Server`` provides it)."""
+    """What the monitoring data is read from (``server.Server`` provides it)."""
 
     @property
     def config(self) -> ServerConfig: ...
@@ -65,10 +68,10 @@ class MonitoredServer(Protocol):
     def tls_context(self) -> ssl.SSLContext | None: ...
 
     @property
-    def jetstream(self) -> JszSource | None: ...
+    def jetstream(self) -> JetStreamManager | None: ...
 
     @property
-    def mesh(self) -> RoutezSource | None: ...
+    def mesh(self) -> MeshSource | None: ...
 
     def totals(self) -> AccountStats: ...
 
@@ -76,10 +79,9 @@ class MonitoredServer(Protocol):
 
     def package_version(self) -> str: ...
 
-log = logging.getLogger("jetraft.monitor")
 
 _CLOSED_KEPT = 1000
-_MAX_REQUEST_BYTES = 16 * 1024
+_TRUE = ("1", "true", "detail")
 
 
 def rfc3339(ts: float) -> str:
@@ -111,6 +113,25 @@ def rss_bytes() -> int:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def flag(q: Query, name: str) -> bool:
+    return q.get(name, "").lower() in _TRUE
+
+
+def int_param(q: Query, name: str, default: int) -> int:
+    raw = q.get(name)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit():
+        raise ValueError(f"invalid {name} {raw!r}")
+    return int(raw)
+
+
+def _js_enabled(js: JetStreamManager, account: str) -> bool:
+    if js.clustered is not None:
+        return account in js.clustered.apis
+    return account in js.accounts
+
+
 class _CpuMeter:
     """CPU percent since the previous reading (like nats-server's pse sampling)."""
 
@@ -125,34 +146,16 @@ class _CpuMeter:
         return round(100.0 * dcpu / dwall, 2) if dwall > 0 else 0.0
 
 
-class MonitorServer:
+class MonitorData:
+    """The builders, plus the little state they need that the server does not keep:
+    recently closed connections, HTTP request counts and the CPU meter."""
+
     def __init__(self, server: MonitoredServer) -> None:
         self.server = server
-        self._srv: asyncio.AbstractServer | None = None
         self._cpu = _CpuMeter()
         self.closed: collections.deque[dict[str, Any]] = collections.deque(maxlen=_CLOSED_KEPT)
-        self.requests: collections.Counter[str] = collections.Counter()
-        self.port = 0
-        self._routes = {
-            "/": self.root,
-            "/healthz": self.healthz,
-            "/varz": self.varz,
-            "/connz": self.connz,
-            "/subsz": self.subsz,
-            "/subscriptionsz": self.subsz,
-            "/jsz": self.jsz,
-            "/routez": self.routez,
-        }
-
-    async def start(self, host: str, port: int) -> None:
-        self._srv = await asyncio.start_server(self._handle, host, port, reuse_address=True)
-        self.port = self._srv.sockets[0].getsockname()[1] if self._srv.sockets else port
-        log.info("Starting http monitor on %s:%d", host, self.port)
-
-    async def stop(self) -> None:
-        if self._srv is not None:
-            self._srv.close()
-            await self._srv.wait_closed()
+        self.http_requests: collections.Counter[str] = collections.Counter()
+        self.http_port = 0  # set by the HTTP listener once it is up
 
     def remember_closed(self, conn: ClientConnection) -> None:
         info = self._conn_info(conn, time.time(), subs=False)
@@ -160,63 +163,66 @@ class MonitorServer:
         info["reason"] = conn.reason or "Client Closed"
         self.closed.append(info)
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
-            writer.close()
-            return
-        status, body = self._respond(head[:_MAX_REQUEST_BYTES])
-        reason = {200: "OK", 404: "Not Found", 405: "Method Not Allowed", 400: "Bad Request"}
-        writer.write(
-            f"HTTP/1.1 {status} {reason.get(status, 'Error')}\r\n"
-            "Content-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-            + body
-        )
-        with contextlib.suppress(OSError):
-            await writer.drain()
-        writer.close()
+    # --- /jsz, /routez, /accountz ------------------------------------------------------------
 
-    def _respond(self, head: bytes) -> tuple[int, bytes]:
-        try:
-            method, target, _ = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ", 2)
-        except ValueError:
-            return 400, b'{"error":"bad request"}'
-        if method not in ("GET", "HEAD"):
-            return 405, b'{"error":"method not allowed"}'
-        url = urlsplit(target)
-        handler = self._routes.get(url.path.rstrip("/") or "/")
-        if handler is None:
-            return 404, b'{"error":"not found"}'
-        self.requests[url.path] += 1
-        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
-        try:
-            return 200, msgspec.json.encode(handler(query))
-        except ValueError as exc:
-            return 400, msgspec.json.encode({"error": str(exc)})
-
-    # --- endpoints -------------------------------------------------------------------------
-
-    def root(self, q: dict[str, str]) -> dict[str, Any]:
-        return {"endpoints": sorted(k for k in self._routes if k != "/")}
-
-    def healthz(self, q: dict[str, str]) -> dict[str, Any]:
-        return {"status": "ok"}
-
-    def jsz(self, q: dict[str, str]) -> dict[str, Any]:
+    def jsz(self, q: Query) -> dict[str, Any]:
         js = self.server.jetstream
         if js is None:
             return {"server_id": self.server.server_id, "disabled": True}
-        out: dict[str, Any] = js.jsz(q)
+        return js.jsz(q)
+
+    def routez(self, q: Query) -> dict[str, Any]:
+        s = self.server
+        routes = s.mesh.routez() if s.mesh is not None else []
+        return {
+            "server_id": s.server_id,
+            "server_name": s.name,
+            "now": rfc3339(time.time()),
+            "num_routes": len(routes),
+            "routes": routes,
+        }
+
+    def accountz(self, q: Query) -> dict[str, Any]:
+        s = self.server
+        out: dict[str, Any] = {"server_id": s.server_id, "now": rfc3339(time.time())}
+        if s.auth.system_account_name:
+            out["system_account"] = s.auth.system_account_name
+        name = q.get("acc", "")
+        if not name:
+            out["accounts"] = sorted(s.auth.accounts)
+            return out
+        account = s.auth.accounts.get(name)
+        if account is None:
+            raise ValueError(f"Account {name} does not exist")
+        js = s.jetstream
+        detail: dict[str, Any] = {
+            "account_name": name,
+            "update_time": rfc3339(s.start_time),
+            "expired": False,
+            "complete": True,
+            "jetstream_enabled": js is not None and _js_enabled(js, name),
+            "leafnode_connections": 0,
+            "client_connections": account.num_connections,
+            "subscriptions": len(account.sublist),
+            "sublist_stats": {
+                "num_subscriptions": len(account.sublist),
+                "num_cache": account.sublist.cache_size(),
+            },
+        }
+        if name == s.auth.system_account_name:
+            detail["is_system"] = True
+        out["account_detail"] = detail
         return out
 
-    def varz(self, q: dict[str, str]) -> dict[str, Any]:
+    # --- /varz -------------------------------------------------------------------------------
+
+    def varz(self, q: Query) -> dict[str, Any]:
         s = self.server
         cfg = s.config
         st = s.stats
         tot = s.totals()
         now = time.time()
+        routes = len(s.mesh.routez()) if s.mesh is not None else 0
         out: dict[str, Any] = {
             "server_id": s.server_id,
             "server_name": s.name,
@@ -231,7 +237,7 @@ class MonitorServer:
             "ping_interval": int(cfg.ping_interval_ns),
             "ping_max": cfg.ping_max,
             "http_host": cfg.http_host or cfg.host,
-            "http_port": self.port,
+            "http_port": self.http_port,
             "auth_timeout": cfg.auth_timeout_ns / 1e9,
             "max_control_line": cfg.max_control_line,
             "max_payload": cfg.max_payload,
@@ -245,16 +251,16 @@ class MonitorServer:
             "cpu": self._cpu.percent(),
             "connections": len(s.clients),
             "total_connections": st.total_connections,
-            "routes": len(s.mesh.routez()) if s.mesh is not None else 0,
-            "remotes": len(s.mesh.routez()) if s.mesh is not None else 0,
+            "routes": routes,
+            "remotes": routes,
             "leafnodes": 0,
             "in_msgs": tot.in_msgs,
             "out_msgs": tot.out_msgs,
             "in_bytes": tot.in_bytes,
             "out_bytes": tot.out_bytes,
             "slow_consumers": st.slow_consumers,
-            "subscriptions": sum(len(a.sublist) for a in s.auth.accounts.values()),
-            "http_req_stats": dict(self.requests),
+            "subscriptions": self.subscriptions(),
+            "http_req_stats": dict(self.http_requests),
             "system_account": s.auth.system_account_name,
         }
         if cfg.server_tags:
@@ -270,24 +276,80 @@ class MonitorServer:
                 "tls_required": cl.tls is not None,
                 "tls_verify": cl.tls is not None and cl.tls.verify,
             }
+        js = self.jetstream_varz()
+        if js is not None:
+            out["jetstream"] = js
         return out
 
-    def routez(self, q: dict[str, str]) -> dict[str, Any]:
-        s = self.server
-        routes = s.mesh.routez() if s.mesh is not None else []
-        return {
-            "server_id": s.server_id,
-            "server_name": s.name,
-            "now": rfc3339(time.time()),
-            "num_routes": len(routes),
-            "routes": routes,
-        }
+    def subscriptions(self) -> int:
+        return sum(len(a.sublist) for a in self.server.auth.accounts.values())
 
-    def connz(self, q: dict[str, str]) -> dict[str, Any]:
+    def jetstream_varz(self) -> dict[str, Any] | None:
+        """/varz's and statsz's ``jetstream`` section: configuration, usage, meta group."""
+        js = self.server.jetstream
+        if js is None:
+            return None
+        jsz = js.jsz({})
+        config = {k: v for k, v in jsz.get("config", {}).items() if k != "store_dir"}
+        stats = {
+            k: jsz.get(k, 0)
+            for k in (
+                "memory", "storage", "reserved_memory", "reserved_storage", "accounts",
+                "ha_assets",
+            )
+        }
+        stats["api"] = jsz.get("api", {})
+        out: dict[str, Any] = {"config": config, "stats": stats, "limits": jsz.get("limits", {})}
+        if "meta_cluster" in jsz:
+            out["meta"] = jsz["meta_cluster"]
+        return out
+
+    # --- statsz (the $SYS.REQ.SERVER.PING answer) --------------------------------------------
+
+    def statsz(self) -> dict[str, Any]:
+        s = self.server
+        tot = s.totals()
+        out: dict[str, Any] = {
+            "start": rfc3339(s.start_time),
+            "mem": rss_bytes(),
+            "cores": os.cpu_count() or 1,
+            "cpu": self._cpu.percent(),
+            "connections": len(s.clients),
+            "total_connections": s.stats.total_connections,
+            "active_accounts": sum(1 for a in s.auth.accounts.values() if a.num_connections),
+            "subscriptions": self.subscriptions(),
+            "sent": {"msgs": tot.out_msgs, "bytes": tot.out_bytes},
+            "received": {"msgs": tot.in_msgs, "bytes": tot.in_bytes},
+            "slow_consumers": s.stats.slow_consumers,
+        }
+        if s.mesh is not None:
+            routes = [
+                {
+                    "rid": r["rid"],
+                    "name": r["remote_name"],
+                    "sent": {"msgs": r["out_msgs"], "bytes": r["out_bytes"]},
+                    "received": {"msgs": r["in_msgs"], "bytes": r["in_bytes"]},
+                    "pending": r["pending_size"],
+                }
+                for r in s.mesh.routez()
+            ]
+            if routes:
+                out["routes"] = routes
+        # This server and every server it has a route to: how many answers a PING gets.
+        out["active_servers"] = 1 + (len(s.mesh.peers()) if s.mesh is not None else 0)
+        js = self.jetstream_varz()
+        if js is not None:
+            out["jetstream"] = js
+        out["gomaxprocs"] = 1
+        return out
+
+    # --- /connz, /subsz ---------------------------------------------------------------------
+
+    def connz(self, q: Query) -> dict[str, Any]:
         now = time.time()
-        offset = _int_param(q, "offset", 0)
-        limit = _int_param(q, "limit", 1024)
-        subs = q.get("subs", "") in ("1", "true", "detail")
+        offset = int_param(q, "offset", 0)
+        limit = int_param(q, "limit", 1024)
+        subs = flag(q, "subs")
         state = q.get("state", "open")
         if state == "closed":
             conns = list(self.closed)
@@ -341,7 +403,7 @@ class MonitorServer:
             info["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
         return info
 
-    def subsz(self, q: dict[str, str]) -> dict[str, Any]:
+    def subsz(self, q: Query) -> dict[str, Any]:
         accounts = self.server.auth.accounts.values()
         out: dict[str, Any] = {
             "server_id": self.server.server_id,
@@ -349,7 +411,7 @@ class MonitorServer:
             "num_subscriptions": sum(len(a.sublist) for a in accounts),
             "num_cache": sum(a.sublist.cache_size() for a in accounts),
         }
-        if q.get("subs", "") in ("1", "true", "detail"):
+        if flag(q, "subs"):
             listing = []
             for c in self.server.clients.values():
                 for s in c.subs.values():
@@ -382,12 +444,3 @@ _SORT_KEYS: dict[str, tuple[str, bool]] = {
     "stop": ("stop", True),
     "reason": ("reason", False),
 }
-
-
-def _int_param(q: dict[str, str], name: str, default: int) -> int:
-    raw = q.get(name)
-    if raw is None:
-        return default
-    if not raw.isdigit():
-        raise ValueError(f"invalid {name} {raw!r}")
-    return int(raw)
