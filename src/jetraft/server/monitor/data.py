@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
+from jetraft.protocol.subjects import is_literal, subject_matches
 from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import AccountStats
 from jetraft.server.core.auth import Authenticator
@@ -232,7 +233,6 @@ class MonitorData:
             "host": cfg.host,
             "port": s.client_port,
             "auth_required": s.auth.required,
-            "tls_required": s.tls_context is not None,
             "max_connections": cfg.max_connections,
             "ping_interval": int(cfg.ping_interval_ns),
             "ping_max": cfg.ping_max,
@@ -263,6 +263,8 @@ class MonitorData:
             "http_req_stats": dict(self.http_requests),
             "system_account": s.auth.system_account_name,
         }
+        if s.tls_context is not None:
+            out["tls_required"] = True
         if cfg.server_tags:
             out["tags"] = list(cfg.server_tags)
         if cfg.cluster is not None:
@@ -404,28 +406,44 @@ class MonitorData:
         return info
 
     def subsz(self, q: Query) -> dict[str, Any]:
+        """Counts, and with ``subs`` the clients' subscriptions (``acc`` narrows to one
+        account, ``test`` to those a publish on that subject would reach), paged."""
         accounts = self.server.auth.accounts.values()
+        offset = int_param(q, "offset", 0)
+        limit = int_param(q, "limit", 1024)
         out: dict[str, Any] = {
             "server_id": self.server.server_id,
             "now": rfc3339(time.time()),
             "num_subscriptions": sum(len(a.sublist) for a in accounts),
             "num_cache": sum(a.sublist.cache_size() for a in accounts),
+            "total": 0,
+            "offset": offset,
+            "limit": limit,
         }
-        if flag(q, "subs"):
-            listing = []
-            for c in self.server.clients.values():
-                for s in c.subs.values():
-                    item: dict[str, Any] = {
-                        "account": c.account.name,
-                        "subject": s.subject,
-                        "sid": s.sid,
-                        "msgs": s.delivered,
-                        "cid": c.cid,
-                    }
-                    if s.queue:
-                        item["qgroup"] = s.queue
-                    listing.append(item)
-            out["subscriptions_list"] = listing
+        if not flag(q, "subs"):
+            return out
+        acc, test = q.get("acc", ""), q.get("test", "")
+        if test and not is_literal(test):
+            raise ValueError(f"invalid test subject {test!r}, must be a literal subject")
+        listing = []
+        for c in self.server.clients.values():
+            if acc and c.account.name != acc:
+                continue
+            for s in c.subs.values():
+                if test and not subject_matches(s.subject, test):
+                    continue
+                item: dict[str, Any] = {
+                    "account": c.account.name,
+                    "subject": s.subject,
+                    "sid": s.sid,
+                    "msgs": s.delivered,
+                    "cid": c.cid,
+                }
+                if s.queue:
+                    item["qgroup"] = s.queue
+                listing.append(item)
+        out["total"] = len(listing)
+        out["subscriptions_list"] = listing[offset : offset + limit]
         return out
 
 
