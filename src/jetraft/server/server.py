@@ -8,24 +8,31 @@ import random
 import secrets
 import ssl
 import time
+from pathlib import Path
 from typing import Any
 
 import jetraft
 from jetraft.config import ServerConfig
+from jetraft.jetstream.api import API_LEVEL
 from jetraft.protocol import client as proto
 from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.core.accounts import Account, AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 from jetraft.server.core.router import Router, totals
+from jetraft.server.core.startup import check_store_dir, listen_error
 from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
 from jetraft.server.monitor import MonitorData, MonitorServer, SystemRequests
 
 log = logging.getLogger("jetraft.server")
 
-# Clients gate features on the reported version (nats-py needs >= 2.9 for the named consumer
-# API), so we report the nats-server protocol level we implement, not our package version.
-NATS_COMPAT_VERSION = "2.11.0"
+# INFO's and /varz's ``version`` is the nats-server feature level jetraft implements, not the
+# package version (that one is in ``go``): clients gate features on it (nats-py needs >= 2.9
+# for the named consumer API; 2.12 gates atomic batch publish, message schedules, counters and
+# mirror promotion, which jetraft refuses). It follows the JetStream API level served, which is
+# what nats-server ties to each release: level 1 is 2.11.
+_VERSION_OF_API_LEVEL = {1: "2.11.0", 2: "2.12.0"}
+NATS_COMPAT_VERSION = _VERSION_OF_API_LEVEL[API_LEVEL]
 INTERNAL_ACCOUNT = "$JSC"
 _ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -80,8 +87,12 @@ class Server:
         cfg = self.config
         if cfg.cluster is not None:
             self.mesh = RouteMesh(self)
-            await self.mesh.start()
+            try:
+                await self.mesh.start()
+            except OSError as exc:
+                raise listen_error("routes", cfg.cluster.host, cfg.cluster.port, exc) from None
         if cfg.jetstream is not None:
+            check_store_dir(Path(cfg.jetstream.store_dir) / "jetstream")
             from jetraft.server.js.manager import JetStreamManager
 
             self.jetstream = JetStreamManager(self)
@@ -94,14 +105,17 @@ class Server:
         handshake_first = self.tls_context is not None and cfg.tls is not None and (
             cfg.tls.handshake_first
         )
-        srv = await self._loop.create_server(
-            self._new_client,
-            cfg.host,
-            port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=self.tls_context if handshake_first else None,
-        )
+        try:
+            srv = await self._loop.create_server(
+                self._new_client,
+                cfg.host,
+                port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=self.tls_context if handshake_first else None,
+            )
+        except OSError as exc:
+            raise listen_error("client connections", cfg.host, cfg.port, exc) from None
         self._upgrade_after_info = self.tls_context is not None and not handshake_first
         self._servers.append(srv)
         if port == 0 and srv.sockets:
@@ -109,7 +123,11 @@ class Server:
         log.info("Listening for client connections on %s:%d", cfg.host, self.client_port)
         if cfg.http_port != 0:
             self.monitor = MonitorServer(self.monitoring)
-            await self.monitor.start(cfg.http_host or cfg.host, max(cfg.http_port, 0))
+            http_host = cfg.http_host or cfg.host
+            try:
+                await self.monitor.start(http_host, max(cfg.http_port, 0))
+            except OSError as exc:
+                raise listen_error("monitoring", http_host, cfg.http_port, exc) from None
         self._ping_task = asyncio.create_task(self._ping_loop())
         log.info("Server is ready (id %s, name %s)", self.server_id, self.name)
 
