@@ -20,7 +20,7 @@ import pytest
 
 from jetraft.server.server import Server
 from tests.cluster.conftest import ClusterFactory, make_cluster  # noqa: F401 (fixture)
-from tests.cluster.harness import SYS_HASH, SYS_PASSWORD, SYS_USER
+from tests.cluster.harness import SYS_HASH, SYS_PASSWORD, SYS_USER, wait_until
 from tests.integration.conftest import ServerFactory, connect, url
 from tests.integration.jetstream.consumer_support import nats_server_binary
 
@@ -49,7 +49,7 @@ def config_text(store: Path) -> str:
 
 
 async def collect(
-    nc: nats.NATS, subject: str, body: bytes = b"", want: int = 1, quiet_s: float = 0.5
+    nc: nats.NATS, subject: str, body: bytes = b"", want: int = 1, quiet_s: float = 0.2
 ) -> list[dict[str, Any]]:
     """Publish one request and gather every answer: wait for ``want`` of them (up to 10 s),
     then a bounded quiet period in which no further answer may come unnoticed."""
@@ -149,6 +149,28 @@ async def test_jsz_options_travel_in_the_body(single: Server, sysnc: nats.NATS) 
     await app.close()
 
 
+async def test_go_clients_zero_values_mean_not_given(sysnc: nats.NATS) -> None:
+    """The nats CLI marshals every option, unset ones as Go zero values ("" / 0 / false /
+    null): they must read as absent, not as sort "" or limit 0."""
+    body = json.dumps({
+        "sort": "", "auth": True, "subscriptions": False, "subscriptions_detail": False,
+        "offset": 0, "limit": 0, "cid": 0, "mqtt_client": "", "state": 0, "user": "",
+        "acc": "", "filter_subject": "", "server_name": "", "cluster": "", "host": "",
+        "tags": None, "domain": "",
+    }).encode()
+    (reply,) = await collect(sysnc, "$SYS.REQ.SERVER.PING.CONNZ", body)
+    assert "error" not in reply and reply["data"]["limit"] == 1024
+    (conn,) = reply["data"]["connections"]
+    (mine,) = (await collect(sysnc, "$SYS.REQ.SERVER.PING.CONNZ", b'{"acc":"$SYS"}'))[0][
+        "data"]["connections"]
+    assert mine["cid"] == conn["cid"]
+    (other,) = await collect(sysnc, "$SYS.REQ.SERVER.PING.CONNZ", b'{"acc":"APP"}')
+    assert other["data"]["connections"] == []
+    by_cid = json.dumps({"cid": conn["cid"], "state": 0}).encode()
+    (again,) = await collect(sysnc, "$SYS.REQ.SERVER.PING.CONNZ", by_cid)
+    assert [c["cid"] for c in again["data"]["connections"]] == [conn["cid"]]
+
+
 async def test_filters_select_the_servers_that_answer(sysnc: nats.NATS) -> None:
     answered = [
         b'{"server_name":"sys"}',  # substring
@@ -168,8 +190,8 @@ async def test_filters_select_the_servers_that_answer(sysnc: nats.NATS) -> None:
         assert len(await collect(sysnc, "$SYS.REQ.SERVER.PING.VARZ", body)) == 1, body
         assert len(await collect(sysnc, "$SYS.REQ.SERVER.PING", body)) == 1, body
     for body in silent:
-        assert await collect(sysnc, "$SYS.REQ.SERVER.PING.VARZ", body, want=0) == [], body
-        assert await collect(sysnc, "$SYS.REQ.SERVER.PING", body, want=0) == [], body
+        for subject in ("$SYS.REQ.SERVER.PING.VARZ", "$SYS.REQ.SERVER.PING"):
+            assert await collect(sysnc, subject, body, want=0, quiet_s=0.3) == [], body
 
 
 async def test_bad_bodies_and_unknown_kinds(single: Server, sysnc: nats.NATS) -> None:
@@ -330,8 +352,14 @@ async def test_cluster_every_server_answers_a_ping(
     n1, n2, n3 = cl.nodes
     nc = await nats.connect(n1.sys_url, allow_reconnect=False)  # the harness URL works
     names = {n.name for n in cl.nodes}
-    # The system account's interest crosses the routes: every server answers.
-    statsz = await collect(nc, "$SYS.REQ.SERVER.PING", want=3)
+    # The system account's interest crosses the routes: every server answers (once the
+    # routes have carried the interest, which may trail the routes themselves a little).
+
+    async def all_three() -> list[dict[str, Any]] | None:
+        got = await collect(nc, "$SYS.REQ.SERVER.PING", want=3, quiet_s=0.3)
+        return got if len(got) >= 3 else None
+
+    statsz = await wait_until(all_three, 20, "a statsz answer from every server")
     assert {r["server"]["name"] for r in statsz} == names and len(statsz) == 3
     for r in statsz:
         assert r["server"]["cluster"] == "C1" and r["statsz"]["active_servers"] == 3
@@ -345,12 +373,13 @@ async def test_cluster_every_server_answers_a_ping(
     assert varz["server"]["name"] == n3.name and varz["data"]["server_name"] == n3.name
     # Filters pick servers across the cluster.
     only = await collect(nc, "$SYS.REQ.SERVER.PING.HEALTHZ",
-                         json.dumps({"server_name": n2.name}).encode())
+                         json.dumps({"server_name": n2.name}).encode(), quiet_s=0.5)
     assert [r["server"]["name"] for r in only] == [n2.name]
+    assert only[0]["data"]["status"] == "ok"  # the meta group has a leader
     exact = await collect(nc, "$SYS.REQ.SERVER.PING", b'{"cluster":"C1","exact_match":true}',
                           want=3)
     assert len(exact) == 3
-    assert await collect(nc, "$SYS.REQ.SERVER.PING", b'{"cluster":"C2"}', want=0) == []
+    assert await collect(nc, "$SYS.REQ.SERVER.PING", b'{"cluster":"C2"}', want=0, quiet_s=0.5) == []
     # A normal account on another server still cannot reach them.
     app = await cl.connect(n2)
     with pytest.raises(nats.errors.NoRespondersError):

@@ -361,6 +361,11 @@ class MonitorData:
                 conns.extend(self.closed)
         else:
             raise ValueError(f"invalid state {state!r}")
+        cid = int_param(q, "cid", 0)
+        wanted = {"cid": cid or None, "account": q.get("acc"), "authorized_user": q.get("user")}
+        for field_name, value in wanted.items():
+            if value:
+                conns = [c for c in conns if c.get(field_name) == value]
         sort = q.get("sort", "cid")
         if sort not in _SORT_KEYS:
             raise ValueError(f"invalid sorting option {sort!r}")

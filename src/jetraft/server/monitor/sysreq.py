@@ -45,7 +45,8 @@ _OPTIONS: dict[str, dict[str, _Opt]] = {
     "CONNZ": {
         "sort": ("sort", str), "subscriptions": ("subs", bool),
         "subscriptions_detail": ("subs_detail", bool), "offset": ("offset", int),
-        "limit": ("limit", int), "state": ("state", int),
+        "limit": ("limit", int), "state": ("state", int), "cid": ("cid", int),
+        "user": ("user", str), "acc": ("acc", str),
     },
     "SUBSZ": {
         "subscriptions": ("subs", bool), "offset": ("offset", int), "limit": ("limit", int),
@@ -119,9 +120,9 @@ def parse_request(kind: str, body: bytes) -> tuple[dict[str, Any], dict[str, str
     query: dict[str, str] = {}
     for name, (qname, want) in _OPTIONS.get(kind, {}).items():
         value = _checked(name, doc.get(name), want)
-        if value is None:
-            continue
-        query[qname] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+        if not value:
+            continue  # Go's zero value: the same as not given (Go clients send every field)
+        query[qname] = "true" if value is True else str(value)
     if query.pop("subs_detail", "") == "true":
         query["subs"] = "detail"
     if kind == "CONNZ" and "state" in query:
