@@ -340,7 +340,7 @@ def handle_delete(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dic
     return {"type": PREFIX + kind, "success": True}
 
 
-def _offset(data: bytes) -> int:
+def page_offset(data: bytes) -> int:
     body = data.strip()
     if not body:
         return 0
@@ -360,7 +360,7 @@ def _paged(ctx: ApiContext, subject: str, data: bytes, limit: int) -> tuple[list
     toks = _tokens(subject)
     if len(toks) < 5:
         raise cerr(10003)
-    offset = _offset(data)
+    offset = page_offset(data)
     cset = _consumer_set(ctx, toks[4])
     if cset is None:
         raise cerr(10059)
@@ -417,37 +417,49 @@ class _PauseRequest(msgspec.Struct):
     pause_until: str | None = None
 
 
-def handle_pause(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
-    kind = "consumer_pause_response"
+PAUSE_KIND = "consumer_pause_response"
+
+
+def pause_until_from(data: bytes) -> int:
+    """The ``pause_until`` of a PAUSE request in ns (0: resume); raises ConsumerError."""
+    req = _PauseRequest()
+    if data.strip()[:1] in (b"{", b"["):
+        try:
+            req = msgspec.json.decode(data, type=_PauseRequest)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise invalid_json(exc) from None
+    if not req.pause_until:
+        return 0
     try:
-        req = _PauseRequest()
-        if data.strip()[:1] in (b"{", b"["):
-            try:
-                req = msgspec.json.decode(data, type=_PauseRequest)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise invalid_json(exc) from None
-        cset, handle = _lookup(ctx, subject)
-        until_ns = 0
-        if req.pause_until:
-            try:
-                until_ns = parse_rfc3339_ns(req.pause_until)
-            except ValueError as exc:
-                raise cerr(10025, err=str(exc)) from None
-    except ConsumerError as exc:
-        return _error(kind, exc)
+        return parse_rfc3339_ns(req.pause_until)
+    except ValueError as exc:
+        raise cerr(10025, err=str(exc)) from None
+
+
+def pause_response(until_ns: int, now_ns: int) -> dict[str, Any]:
     until = format_rfc3339_ns(until_ns) if until_ns > 0 else None
-    handle.update_config(msgspec.structs.replace(handle.cfg, pause_until=until))
-    if cset.persistent and not handle.cfg.mem_storage:
-        handle.write_now()
-    remaining = until_ns - ctx.now_ns() if until_ns else 0
+    remaining = until_ns - now_ns if until_ns else 0
     out: dict[str, Any] = {
-        "type": PREFIX + kind,
+        "type": PREFIX + PAUSE_KIND,
         "paused": remaining > 0,
         "pause_until": until or ZERO_TIME,
     }
     if remaining > 0:
         out["pause_remaining"] = remaining
     return out
+
+
+def handle_pause(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
+    try:
+        until_ns = pause_until_from(data)
+        cset, handle = _lookup(ctx, subject)
+    except ConsumerError as exc:
+        return _error(PAUSE_KIND, exc)
+    until = format_rfc3339_ns(until_ns) if until_ns > 0 else None
+    handle.update_config(msgspec.structs.replace(handle.cfg, pause_until=until))
+    if cset.persistent and not handle.cfg.mem_storage:
+        handle.write_now()
+    return pause_response(until_ns, ctx.now_ns())
 
 
 def handle_stepdown(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
