@@ -121,7 +121,8 @@ class ConsumerReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.group.is_leader
+        """Leading and serving (its runtime started and subscribed)."""
+        return self.runtime is not None and self.group.is_leader
 
     # --- lifecycle ---------------------------------------------------------------------------
 
