@@ -126,8 +126,8 @@ class ConsumerReplica:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        await self.group.start()
+    async def start(self, *, known: bool = False) -> None:
+        await self.group.start(known=known)
 
     async def stop(self) -> None:
         self._close(deleted=False)
