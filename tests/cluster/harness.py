@@ -284,7 +284,7 @@ class Cluster:
             if not node.running:
                 raise AssertionError(f"{node.name} exited:\n{node.log()[-3000:]}")
             try:
-                node.http("/healthz")
+                node.http("/healthz?js-server-only=true")  # up, JetStream or not
                 return True
             except OSError:
                 return False
