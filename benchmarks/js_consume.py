@@ -1,12 +1,17 @@
 """JetStream pull-consume with acks, jetraft beside nats-server, same load generator.
 
     python -m benchmarks.js_consume [--msgs N] [--batch B] [--only jetraft|nats-server]
+                                    [--sync-acks]
 
 Setup (not timed): a file-storage stream is filled with N messages and a durable pull
 consumer with explicit acks is created. Timed: one raw-socket client keeps two pull requests
 of ``batch`` messages outstanding on ``$JS.API.CONSUMER.MSG.NEXT``, acks every message as it
 arrives (a plain publish to its ack subject), and stops when the consumer's ack floor reaches
 N (so the server's ack processing is inside the measurement). Rate = N / elapsed.
+
+``--sync-acks``: every ack is sent as a request (a double ack, what nats-py's ``ack_sync``
+sends, without waiting for each answer) and the run ends when all N acks were confirmed;
+jetraft confirms an ack only once it is on disk (group-committed consumer state).
 """
 
 from __future__ import annotations
@@ -110,10 +115,14 @@ class Raw:
         return out
 
 
-def consume(port: int, n: int, batch: int) -> float:
+def consume(port: int, n: int, batch: int, sync_acks: bool = False) -> float:
     raw = Raw(port)
     inbox = b"_INBOX.bench"
     raw.sock.sendall(b"SUB " + inbox + b" 1\r\n")
+    acked_inbox = b"_INBOX.acked"
+    raw.sock.sendall(b"SUB " + acked_inbox + b" 2\r\n")
+    ack_tail = b" " + acked_inbox if sync_acks else b""
+    confirmed = 0
     req = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
     pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s %s %d\r\n%s\r\n" % (
         STREAM.encode(),
@@ -126,7 +135,7 @@ def consume(port: int, n: int, batch: int) -> float:
     in_flight = 0
     t0 = time.perf_counter()
     out: list[bytes] = []
-    while got < n:
+    while got < n or (sync_acks and confirmed < n):
         while in_flight < 2 * batch and got + in_flight < n:
             out.append(pull)
             in_flight += batch
@@ -141,10 +150,12 @@ def consume(port: int, n: int, batch: int) -> float:
                     in_flight -= int(pending[1].split(b"\r\n")[0])
                 continue
             if not reply.startswith(b"$JS.ACK."):
+                if not reply and hdr is None and not _payload:
+                    confirmed += 1  # an ack's answer (only sent with --sync-acks)
                 continue
             got += 1
             in_flight -= 1
-            out.append(b"PUB %s 0\r\n\r\n" % reply)
+            out.append(b"PUB %s%s 0\r\n\r\n" % (reply, ack_tail))
     raw.sock.sendall(b"".join(out) + b"PING\r\n")
     elapsed = time.perf_counter() - t0
     raw.sock.close()
@@ -185,14 +196,14 @@ async def wait_acked(port: int, n: int) -> None:
     await nc.close()
 
 
-def run(kind: str, n: int, size: int, batch: int) -> float:
+def run(kind: str, n: int, size: int, batch: int, sync_acks: bool = False) -> float:
     with tempfile.TemporaryDirectory(prefix="jsbench-") as store:
         port = free_port()
         proc = start_server(kind, port, store)
         try:
             asyncio.run(setup(port, n, size))
             t0 = time.perf_counter()
-            consume(port, n, batch)
+            consume(port, n, batch, sync_acks)
             asyncio.run(wait_acked(port, n))
             return n / (time.perf_counter() - t0)
         finally:
@@ -205,14 +216,17 @@ def main() -> None:
     ap.add_argument("--msgs", type=int, default=50_000)
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--only", choices=["jetraft", "nats-server"])
+    ap.add_argument("--sync-acks", action="store_true", help="acks as requests (ack_sync)")
     args = ap.parse_args()
     kinds = [args.only] if args.only else ["jetraft", "nats-server"]
     table: dict[int, dict[str, float]] = {}
     for size in SIZES:
         for kind in kinds:
-            table.setdefault(size, {})[kind] = run(kind, args.msgs, size, args.batch)
+            rate = run(kind, args.msgs, size, args.batch, args.sync_acks)
+            table.setdefault(size, {})[kind] = rate
     print(machine_summary())
-    print(f"pull consume + ack, {args.msgs} msgs, batch {args.batch}, file storage")
+    acks = "acks as requests (confirmed)" if args.sync_acks else "plain acks"
+    print(f"pull consume + {acks}, {args.msgs} msgs, batch {args.batch}, file storage")
     print(f"{'payload':<10}{'jetraft msg/s':>16}{'nats-server msg/s':>20}{'ratio':>8}")
     for size in SIZES:
         row = table[size]

@@ -312,6 +312,14 @@ def _check_jetstream(cfg: ServerConfig, error: Callable[[str, str], ConfigError]
             raise error("jetstream cluster requires `server_name` to be set", "cluster")
         if not cfg.cluster.name:
             raise error("jetstream cluster requires `cluster.name` to be set", "cluster")
+        if cfg.jetstream.encryption_key:
+            # Clustered streams live in the RAFT log, which is not encrypted yet: refuse
+            # rather than store in clear what the config asks to encrypt.
+            raise error(
+                "'encryption_key' is not supported by jetraft with a cluster (the RAFT log "
+                "is not encrypted yet); refusing to start rather than store data in clear",
+                "jetstream",
+            )
 
 
 def _secs(ns: int) -> str:

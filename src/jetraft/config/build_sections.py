@@ -54,11 +54,11 @@ _CIPHERS = ("chachapoly", "aes")
 _TLS_VERSIONS = {"1.2": "1.2", "1.3": "1.3"}
 _PIN_RE = re.compile(r"[0-9a-f]{64}")
 
-# Hook for JetStream encryption at rest. The config layer parses and validates
-# ``encryption_key``/``cipher`` into JetStreamConfig; until the store encrypts with them, a
-# config that asks for encryption must not start with data in clear. The change that makes
-# the store encrypt sets this to True.
-JETSTREAM_ENCRYPTION_IMPLEMENTED = False
+# JetStream encryption at rest: the single-server file store encrypts with
+# ``encryption_key``/``cipher`` (``jetstream.store.cipher``). Re-keying from a previous key is
+# not implemented (refused below), nor is encrypting the RAFT log of clustered JetStream
+# (refused in ``build._check_jetstream``).
+JETSTREAM_ENCRYPTION_IMPLEMENTED = True
 
 
 def build_tls(node: Node, name: str, ctx: Ctx) -> TLSConfig:
@@ -183,7 +183,7 @@ def build_jetstream(node: Node, ctx: Ctx) -> tuple[bool, JetStreamConfig, Node |
         elif k == "cipher":
             fields["cipher"] = _cipher(child, path)
         elif k in _JS_PREV_KEYS:
-            fields["prev_encryption_key"] = _encryption_key(child, path)
+            raise refuse(key, child, "re-keying stores from a previous encryption key")
         elif k in _JS_REFUSED:
             raise refuse(key, child, _JS_REFUSED[k])
         elif k in _JS_UNSUPPORTED:

@@ -3,6 +3,11 @@
 Layout of a state file: ``b"JRC1"`` + crc32 (4 bytes, big endian) + payload length (4 bytes)
 + msgspec JSON payload. A file whose checksum or length does not match is reported as
 corrupt, never silently replaced by an empty state.
+
+Encrypted streams (``cipher`` given): the magic is ``b"JRCE"`` and the payload is the JSON
+sealed with the stream's ``RecordCipher``, the stream and consumer names as associated data
+(a state file copied to another consumer does not open). A file that does not open, or whose
+sealing does not match the stream's, is corrupt too.
 """
 
 from __future__ import annotations
@@ -15,8 +20,10 @@ import msgspec
 
 from jetraft.jetstream.consumer import ConsumerCore, Pending, ReplicatedState, SeqPair
 from jetraft.jetstream.consumer_config import ConsumerConfig
+from jetraft.jetstream.store.cipher import CipherError, RecordCipher
 
 MAGIC = b"JRC1"
+SEALED_MAGIC = b"JRCE"
 _HEAD = struct.Struct(">4sII")
 
 
@@ -53,24 +60,56 @@ def snapshot(core: ConsumerCore) -> StoredConsumer:
     )
 
 
-def encode(stored: StoredConsumer) -> bytes:
+def _aad(stream: str, name: str) -> bytes:
+    return f"consumer {stream}/{name}".encode()
+
+
+def encode(stored: StoredConsumer, cipher: RecordCipher | None = None) -> bytes:
     payload = _ENCODER.encode(stored)
-    return _HEAD.pack(MAGIC, zlib.crc32(payload), len(payload)) + payload
+    magic = MAGIC
+    if cipher is not None:
+        payload = cipher.seal(payload, _aad(stored.stream, stored.name))
+        magic = SEALED_MAGIC
+    return _HEAD.pack(magic, zlib.crc32(payload), len(payload)) + payload
 
 
-def decode(blob: bytes) -> StoredConsumer:
+def decode(
+    blob: bytes,
+    cipher: RecordCipher | None = None,
+    expect: tuple[str, str] | None = None,
+) -> StoredConsumer:
+    """The stored consumer; ``expect`` is (stream, consumer) the file belongs to (required to
+    open a sealed file, and checked against what it holds)."""
     if len(blob) < _HEAD.size:
         raise CorruptState("consumer state file is truncated")
     magic, crc, length = _HEAD.unpack_from(blob)
     payload = blob[_HEAD.size :]
-    if magic != MAGIC:
+    if magic not in (MAGIC, SEALED_MAGIC):
         raise CorruptState("consumer state file has a bad magic")
     if len(payload) != length or zlib.crc32(payload) != crc:
         raise CorruptState("consumer state file fails its checksum")
+    if (magic == SEALED_MAGIC) != (cipher is not None):
+        raise CorruptState(
+            "consumer state file is encrypted and the stream has no key"
+            if cipher is None
+            else "consumer state file is not encrypted in an encrypted stream"
+        )
+    if cipher is not None:
+        if expect is None:
+            raise ValueError("opening a sealed consumer state needs its stream and name")
+        try:
+            payload = cipher.open(payload, _aad(*expect))
+        except CipherError:
+            raise CorruptState(
+                "consumer state file does not open with the stream's key (tampered or damaged)"
+            ) from None
     try:
-        return _DECODER.decode(payload)
+        stored = _DECODER.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise CorruptState(f"consumer state file does not decode: {exc}") from None
+    if expect is not None and (stored.stream, stored.name) != expect:
+        raise CorruptState(f"consumer state file holds consumer {stored.stream} > {stored.name}")
+    return stored
 
 
 def restore(stored: StoredConsumer) -> ConsumerCore:

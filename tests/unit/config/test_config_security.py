@@ -67,25 +67,33 @@ def test_settings_jetraft_cannot_honour_refuse_to_start(text: str, key: str, lin
     assert err.line == line
 
 
-def test_encryption_refuses_until_the_store_encrypts() -> None:
-    assert not sections.JETSTREAM_ENCRYPTION_IMPLEMENTED
-    err = refused('jetstream {\n  store_dir: /x\n  cipher: aes\n  key: "s3cret"\n}')
-    assert err.line == 4 and "'key' is not supported" in err.message
-    assert "encryption at rest" in err.message
-
-
-def test_encryption_settings_are_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sections, "JETSTREAM_ENCRYPTION_IMPLEMENTED", True)
+def test_encryption_settings_are_parsed() -> None:
+    assert sections.JETSTREAM_ENCRYPTION_IMPLEMENTED
     js = parse_config('jetstream { encryption_key: "k1", cipher: AES }').jetstream
     assert js is not None and (js.encryption_key, js.cipher) == ("k1", "aes")
-    js = parse_config('jetstream { ek: "k1", prev_key: "k0" }').jetstream
-    assert js is not None and (js.cipher, js.prev_encryption_key) == ("chachapoly", "k0")
+    js = parse_config('jetstream { ek: "k1" }').jetstream
+    assert js is not None and js.cipher == "chachapoly"
     js = parse_config('jetstream { key: "k", cipher: chacha }').jetstream
     assert js is not None and js.cipher == "chachapoly" and "k" not in repr(js)
     with pytest.raises(ConfigError, match="Unknown cipher type: 'des'"):
         parse_config('jetstream { key: "k", cipher: des }')
     with pytest.raises(ConfigError, match="must not be empty"):
         parse_config('jetstream { key: "" }')
+
+
+@pytest.mark.parametrize("key", ["prev_key", "prev_ek", "prev_encryption_key"])
+def test_rekeying_refuses_to_start(key: str) -> None:
+    err = refused(f'jetstream {{\n  key: "k1"\n  {key}: "k0"\n}}')
+    assert err.line == 3 and f"{key!r} is not supported" in err.message
+
+
+def test_encryption_with_a_cluster_refuses_to_start() -> None:
+    text = (
+        'server_name: a\ncluster { name: c, listen: "127.0.0.1:-1" }\n'
+        'jetstream { store_dir: /x, key: "k" }'
+    )
+    with pytest.raises(ConfigError, match="RAFT log is not encrypted"):
+        parse_config(text)
 
 
 def test_nkey_users_are_read_and_checked() -> None:

@@ -238,6 +238,25 @@ def scan(buf: bytes | bytearray | memoryview, start: int = 0) -> Iterator[Parsed
         off += rec[2]
 
 
+def framed_length(data: bytes, off: int) -> int:
+    """The length of the (bad) record at ``off`` if its header still frames it: magic, a sane
+    length that ends at the end of ``data`` or where a valid record starts; else 0. Such a
+    record may be an interrupted secure erase (see ``_recovery``)."""
+    if off + HDR_SIZE > len(data) or data[off : off + 4] != MAGIC_BYTES:
+        return 0
+    rec_len = int.from_bytes(data[off + 4 : off + 8], "little")
+    end = off + rec_len
+    if rec_len < OVERHEAD or end > len(data):
+        return 0
+    if end == len(data):
+        return rec_len
+    try:
+        check_one(data, end)
+    except BadRecord:
+        return 0
+    return rec_len
+
+
 def valid_record_after(buf: bytes | bytearray | memoryview, off: int) -> int:
     """Offset of the first valid record starting after ``off``, -1 when there is none.
 

@@ -96,24 +96,6 @@ def recover(
     return blocks, truncated
 
 
-def _framed(data: bytes, off: int) -> int:
-    """The length of the record at ``off`` if its header frames it (magic, a sane length that
-    ends at the end of the data or where a valid record starts), else 0."""
-    if off + rec.HDR_SIZE > len(data) or data[off : off + 4] != rec.MAGIC_BYTES:
-        return 0
-    rec_len = int.from_bytes(data[off + 4 : off + 8], "little")
-    end = off + rec_len
-    if rec_len < rec.OVERHEAD or end > len(data):
-        return 0
-    if end == len(data):
-        return rec_len
-    try:
-        rec.check_one(data, end)
-    except rec.BadRecord:
-        return 0
-    return rec_len
-
-
 def _replay(
     st: _Replay, b: Block, data: bytes, present: array[int], is_last: bool
 ) -> rec.BadRecord | None:
@@ -123,7 +105,7 @@ def _replay(
         try:
             parsed = rec.check_one(data, off)
         except rec.BadRecord as e:
-            rec_len = 0 if e.truncated else _framed(data, off)
+            rec_len = 0 if e.truncated else rec.framed_length(data, off)
             if not rec_len or (is_last and off + rec_len == n):
                 return e  # torn tail (if last) or corruption, decided by the caller
             seq = rec.HEADER.unpack_from(data, off)[5]
@@ -131,6 +113,11 @@ def _replay(
                 return e
             st.ix.skip_to(seq)
             st.suspects[seq] = (b.path, off)
+            # Physically there: a rewrite of a newer block must keep the DEL that covers it.
+            present.append(seq)
+            if not b.first_msg:
+                b.first_msg = seq
+            b.last_msg = seq
             b.max_ref = max(b.max_ref, seq)
             off += rec_len
             continue

@@ -39,13 +39,12 @@ import contextlib
 import fcntl
 import os
 import zlib
-from array import array
-from bisect import bisect_left
 from collections.abc import Callable, Iterable
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles, block_name
+from jetraft.jetstream.store._compact import rewrite
 from jetraft.jetstream.store._index import SeqIndex
 from jetraft.jetstream.store._recovery import MSGS_DIR, recover
 from jetraft.jetstream.store._restore import restore_into, settle_restore
@@ -130,12 +129,16 @@ class FileStore(BaseStore):
         self._wbuf = bytearray()
         self._pending_dels: list[int] = []
         self._floor_written = self._ix.first
-        self._durable_floor = self._ix.first  # FLOOR durable as of the last finished sync
-        self._synced_floor = self._ix.first  # what the running sync makes durable
+        # What the last finished sync made durable, and what the running one will: the FLOOR
+        # in force, and the newest block whose head records are on disk. Blocks are unlinked
+        # only below both (see _drop_front_blocks).
+        self._durable_floor = self._synced_floor = self._ix.first
+        self._durable_head = self._synced_head = 0
         self._last_covered = self._ix.last
         self._unsynced = False
         self._dir_dirty = False
         self._retired: list[AppendFile] = []  # sealed blocks' writers, closed after a sync
+        self._volatile: set[int] = set()  # blocks that lost messages since the last sync
         # Secure erase: (block, offset, length, seq, ts) whose DEL is not durable yet / is.
         self._erase_new: list[tuple[Block, int, int, int, int]] = []
         self._erase_ready: list[tuple[Block, int, int, int, int]] = []
@@ -157,6 +160,15 @@ class FileStore(BaseStore):
         self._blocks[idx] = block
         self._active = block
         self._dir_dirty = True
+        ix = self._ix
+        if ix.last:
+            # Head records: the block alone tells the first and last sequence, so older
+            # blocks can go without taking that knowledge with them.
+            rec.append_control(self._wbuf, rec.KIND_FLOOR, ix.first, ix.last_ts, b"", self._cipher)
+            rec.append_control(self._wbuf, rec.KIND_SKIP, ix.last, ix.last_ts, b"", self._cipher)
+            block.max_ref = ix.last
+            self._floor_written = ix.first
+            self._last_covered = max(self._last_covered, ix.last)
 
     def _check(self) -> None:
         super()._check()
@@ -205,6 +217,7 @@ class FileStore(BaseStore):
             b.live -= 1
             b.live_bytes -= ix.rlens[i]
             b.settled = False
+            self._volatile.add(b.idx)
         self._pending_dels.append(seq)
 
     def _compacted(self) -> None:
@@ -271,10 +284,15 @@ class FileStore(BaseStore):
                 self._unsynced = False
             # A sync running in a worker thread may still hold this writer: close it later.
             self._retired.append(self._wf)
-            self._new_active(self._active.idx + 1)
+            sealed = self._active.idx
+            self._new_active(sealed + 1)
         except OSError as e:
             raise self._fail(e) from e
-        self._durable_floor = self._floor_written  # everything written is durable now
+        # Everything written so far is durable now (older blocks were synced when sealed):
+        # the space work that waits for durability can run.
+        self._durable_floor = self._floor_written
+        self._durable_head = max(self._durable_head, sealed)
+        self._volatile.clear()
         self._drop_front_blocks()
         self._compact_some()
 
@@ -295,8 +313,13 @@ class FileStore(BaseStore):
         """Erases to overwrite or blocks to unlink once the current records are durable."""
         if self._erase_new or self._erase_ready:
             return True
-        first = next(iter(self._blocks.values()))
-        return first is not self._active and first.max_ref < self._ix.first and not first.erasing
+        b = next(iter(self._blocks.values()))
+        return (
+            b is not self._active
+            and b.max_ref < self._ix.first
+            and not b.erasing
+            and b.idx < self._active.idx
+        )
 
     def flush(self) -> None:
         """Hand everything buffered to the OS (survives a process crash, not a power loss)."""
@@ -328,7 +351,8 @@ class FileStore(BaseStore):
         """
         self._check()
         # The previous sync finished: what it covered is durable.
-        self._durable_floor = self._synced_floor
+        self._durable_floor = max(self._durable_floor, self._synced_floor)
+        self._durable_head = max(self._durable_head, self._synced_head)
         for f in self._retired:
             f.close()
         self._retired.clear()
@@ -340,6 +364,8 @@ class FileStore(BaseStore):
             raise self._fail(e) from e
         self._write_out()
         self._synced_floor = self._floor_written
+        self._synced_head = self._active.idx
+        self._volatile.clear()
         self._erase_ready, self._erase_new = self._erase_new, []
         files = [self._wf] if self._unsynced else []
         dir_path = self._msgs_dir if self._dir_dirty else None
@@ -400,12 +426,13 @@ class FileStore(BaseStore):
     # --- space -----------------------------------------------------------------------------
 
     def _drop_front_blocks(self) -> None:
-        """Unlink sealed blocks wholly below the *durable* first sequence (a FLOOR not yet
-        durable must not lose its messages' blocks first)."""
+        """Unlink sealed blocks wholly below the *durable* first sequence, and older than a
+        block whose head records are durable: a crash must find neither a FLOOR without its
+        messages gone nor a store that forgot its sequences because all blocks went."""
         first = min(self._ix.first, self._durable_floor)
         while len(self._blocks) > 1:
             b = next(iter(self._blocks.values()))
-            if b is self._active or b.max_ref >= first or b.erasing:
+            if b is self._active or b.max_ref >= first or b.erasing or b.idx >= self._durable_head:
                 return
             self._unlink_block(b)
 
@@ -421,7 +448,9 @@ class FileStore(BaseStore):
 
     def _compact_some(self) -> None:
         """Rewrite the sealed blocks with the smallest live share (under half), reading at
-        most two block sizes per rotation: write amplification stays bounded."""
+        most two block sizes per rotation: write amplification stays bounded. Only blocks that
+        lost nothing since the last sync (see ``_compact``); at a rotation that is every block,
+        since everything written was just made durable."""
         cands = [
             b
             for b in self._blocks.values()
@@ -429,6 +458,7 @@ class FileStore(BaseStore):
             and b.size
             and not b.settled
             and not b.erasing
+            and b.idx not in self._volatile
             and b.live_bytes * 2 < b.size
         ]
         cands.sort(key=lambda b: b.live_bytes / b.size)
@@ -440,83 +470,38 @@ class FileStore(BaseStore):
             self.compact_block(b.idx)
 
     def compact_block(self, idx: int) -> None:
-        """Rewrite sealed block ``idx`` keeping only what still matters.
-
-        Kept: live messages, DEL targets still physically present in an older block, the
-        current FLOOR and a SKIP at or above it. Everything else in the block is dead or
-        superseded. All control records are durable before this runs (a block is sealed only
-        after its final write and fsync).
-        """
+        """Rewrite sealed block ``idx`` keeping only what durably still matters (see
+        ``_compact``); unlinked when nothing does."""
         self._check()
         b = self._blocks[idx]
-        if b is self._active:
-            raise StoreError("the active block cannot be compacted")
-        if b.erasing:
-            raise StoreError("a block with erases in progress cannot be compacted")
-        ix = self._ix
+        if b is self._active or b.erasing or b.idx in self._volatile:
+            raise StoreError("only a sealed block unchanged since the last sync can be rewritten")
         try:
             data = self._files.get(b).pread(0, b.size)
         except OSError as e:
             raise self._fail(e) from e
-        out = bytearray()
-        moved: list[tuple[int, int, int]] = []
-        max_ref = 0
-        here = b.idx << OFF_BITS
-        older = [a for a in self._blocks.values() if a.idx < b.idx and a.first_msg]
-        older_lasts = [a.last_msg for a in older]
-        has_dels = False
-
-        def needed(t: int) -> bool:
-            j = bisect_left(older_lasts, t)
-            return t >= ix.first and j < len(older) and older[j].holds(t)
-
-        try:
-            records = list(rec.scan(data))
-        except rec.BadRecord as e:
-            raise StoreCorruption(b.path, e.offset, e.reason) from None
-        cipher = self._cipher
-        with memoryview(data) as mv:
-            for off, kind, rlen, _slen, seq, ts, _hlen in records:
-                if kind == rec.KIND_MSG:
-                    if ix.is_live(seq) and ix.locs[seq - ix.base] == here | off:
-                        moved.append((seq, len(out), rlen))
-                        out += mv[off : off + rlen]
-                        max_ref = max(max_ref, seq)
-                elif kind == rec.KIND_DEL:
-                    try:
-                        body = rec.plain_body(data, off, rlen, cipher)
-                    except CipherError as e:
-                        raise StoreCorruption(b.path, off, str(e)) from None
-                    keep = [t for t in rec.del_targets(body) if needed(t)]
-                    if keep:
-                        rec.append_dels(out, keep, cipher)
-                        max_ref = max(max_ref, keep[-1])
-                        has_dels = True
-                elif kind == rec.KIND_ERASED:
-                    if seq >= ix.first:  # its seq still bounds last_seq: keep it as a SKIP
-                        rec.append_control(out, rec.KIND_SKIP, seq, ts, b"", cipher)
-                        max_ref = max(max_ref, seq)
-                elif seq >= ix.first:  # FLOOR or SKIP still in force
-                    out += mv[off : off + rlen]
-                    max_ref = max(max_ref, seq - 1 if kind == rec.KIND_FLOOR else seq)
+        older = [a for a in self._blocks.values() if a.idx < b.idx]
+        durable_first = min(self._ix.first, self._durable_floor)
+        r = rewrite(b, data, self._ix, older, durable_first, self._cipher)
         self._files.drop(b.idx)
         if self._rcache is not None and self._rcache[0] == b.idx:
             self._rcache = None
-        if not out:
+        if not r.out:
             self._unlink_block(b)
             return
-        self._replace_block(b, out)
-        for seq, new_off, _ in moved:
-            ix.locs[seq - ix.base] = here | new_off
-        b.size = len(out)
-        b.first_msg = moved[0][0] if moved else 0
-        b.last_msg = moved[-1][0] if moved else 0
-        b.present = array("Q", [m[0] for m in moved])
-        b.live = len(moved)
-        b.live_bytes = sum(r for _, _, r in moved)
-        b.max_ref = max_ref
-        b.has_dels = has_dels
-        b.settled = True
+        self._replace_block(b, r.out)
+        ix = self._ix
+        for seq, new_off, _ in r.moved:
+            ix.locs[seq - ix.base] = (b.idx << OFF_BITS) | new_off
+        b.size = len(r.out)
+        b.first_msg = r.present[0] if r.present else 0
+        b.last_msg = r.present[-1] if r.present else 0
+        b.present = r.present
+        b.live = len(r.moved)
+        b.live_bytes = sum(n for _, _, n in r.moved)
+        b.max_ref = r.max_ref
+        b.has_dels = r.has_dels
+        b.settled = not (r.present and len(r.present) != len(r.moved))
         self._unsettle_after(b.idx)
 
     def _unsettle_after(self, idx: int) -> None:

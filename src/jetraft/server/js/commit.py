@@ -214,7 +214,8 @@ class CommitQueue:
             return
         self._dirty = True
         join_request(self)
-        self._commit_later()
+        if not self._scheduled and self._timer is None:  # else a commit is on its way
+            self._commit_later()
 
     def after_durable(self, callback: Callback) -> None:
         """``callback(None)`` once every change applied before this call is durable (lazy
@@ -223,7 +224,8 @@ class CommitQueue:
             callback(CommitClosed(f"{self.name} is closed"))
             return
         self._waiting.append(callback)
-        self._schedule()
+        if not self._scheduled:
+            self._schedule()
 
     def set_write(self, write: Callable[[], None] | None) -> None:
         """Switch between lazy mode (``write`` given) and durable mode (config updates)."""

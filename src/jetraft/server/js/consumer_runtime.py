@@ -43,6 +43,7 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import StoreDisk
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
@@ -101,6 +102,11 @@ class ConsumerOwner(Protocol):
 
     @property
     def disk(self) -> StoreDisk: ...
+
+    @property
+    def cipher(self) -> RecordCipher | None:
+        """The stream's record cipher (encryption at rest), None when stored in clear."""
+        ...
 
     def disk_gate(self, name: str) -> asyncio.Future[None] | None:
         """Done once a deleted consumer of that name no longer touches its files."""
@@ -632,28 +638,35 @@ class ConsumerRuntime:
             sseq, dseq = info.sseq, info.dseq
         self.last_activity_ns = now = now_ns()
         body = data.strip() if data else b""
-        send_reply = True
+        if not reply:
+            self._apply_ack(body, sseq, dseq, None, now)
+            return
         # An ack sent as a request is answered once what it changed (our state, and the
         # stream's under interest or workqueue retention) is durable.
         with collect() as barrier:
-            if not body or body == b"+ACK" or body == b"+OK":
-                self._ack(sseq, dseq)
-            elif body.startswith(b"+NXT"):
-                self._ack(sseq, dseq)
-                if reply:
-                    self.pull_request(reply, body[4:])
-                send_reply = False
-            elif body.startswith(b"-NAK"):
-                self._nak(sseq, dseq, body[4:].strip(), now)
-            elif body == b"+WPI":
-                if sseq in self.core.state.pending:
-                    self.propose(Progress(sseq, now))
-            elif body.startswith(b"+TERM"):
-                self._ack(sseq, dseq, term=True)
-            else:
-                send_reply = False
-        if reply and send_reply:
+            answer = self._apply_ack(body, sseq, dseq, reply, now)
+        if answer:
             barrier.wait(functools.partial(self._ack_answered, reply))
+
+    def _apply_ack(self, body: bytes, sseq: int, dseq: int, reply: str | None, now: int) -> bool:
+        """Carry out one ack message; True when it is answered (if sent as a request)."""
+        if not body or body == b"+ACK" or body == b"+OK":
+            self._ack(sseq, dseq)
+        elif body.startswith(b"+NXT"):
+            self._ack(sseq, dseq)
+            if reply:
+                self.pull_request(reply, body[4:])
+            return False
+        elif body.startswith(b"-NAK"):
+            self._nak(sseq, dseq, body[4:].strip(), now)
+        elif body == b"+WPI":
+            if sseq in self.core.state.pending:
+                self.propose(Progress(sseq, now))
+        elif body.startswith(b"+TERM"):
+            self._ack(sseq, dseq, term=True)
+        else:
+            return False
+        return True
 
     def _ack_answered(self, reply: str, exc: BaseException | None) -> None:
         if exc is None:
@@ -770,7 +783,7 @@ class ConsumerRuntime:
         path = self.owner.state_path(self.core.name)
         if path is None:
             return Prepared(None)
-        blob = consumer_state.encode(consumer_state.snapshot(self.core))
+        blob = consumer_state.encode(consumer_state.snapshot(self.core), self.owner.cipher)
         return Prepared(functools.partial(write_state, self.owner.disk, path, blob))
 
     # --- info -----------------------------------------------------------------------------

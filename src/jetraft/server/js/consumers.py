@@ -37,6 +37,7 @@ from jetraft.jetstream import consumer_state
 from jetraft.jetstream.consumer import ConsumerCore, Dropped, MsgSource
 from jetraft.jetstream.consumer_config import StreamFacts
 from jetraft.jetstream.consumer_errors import cerr
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import OS_DISK, StoreDisk, remove_dir
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.commit import note_job
@@ -81,10 +82,17 @@ class StreamConsumers:
     ``filters`` and ``needs_ack``). It observes the stream state machine itself (the
     ``on_*`` methods) to keep pending state and counts in step with removals and purges."""
 
-    def __init__(self, env: ConsumerEnv, stream: StreamPort, disk: StoreDisk = OS_DISK) -> None:
+    def __init__(
+        self,
+        env: ConsumerEnv,
+        stream: StreamPort,
+        disk: StoreDisk = OS_DISK,
+        cipher: RecordCipher | None = None,
+    ) -> None:
         self.env = env
         self.stream = stream
         self.disk = disk
+        self.cipher = cipher  # the stream's: consumer state is sealed with it
         self.consumers: dict[str, ConsumerRuntime] = {}
         # Removals of deleted consumers' files still running: a new consumer of the same name
         # writes only once they are done.
@@ -216,11 +224,8 @@ class StreamConsumers:
             if not disk.exists(str(path)):
                 continue  # an empty directory left by an interrupted delete
             try:
-                stored = consumer_state.decode(disk.read(str(path)))
-                if (stored.stream, stored.name) != (self.stream.name, name):
-                    raise consumer_state.CorruptState(
-                        f"{path} holds consumer {stored.stream} > {stored.name}"
-                    )
+                blob = disk.read(str(path))
+                stored = consumer_state.decode(blob, self.cipher, (self.stream.name, name))
             except (consumer_state.CorruptState, OSError) as exc:
                 log.error(
                     "consumer %s > %s is offline, its state was not loaded: %s",

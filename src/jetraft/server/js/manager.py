@@ -35,6 +35,7 @@ from jetraft.jetstream.api import (
 )
 from jetraft.jetstream.consumer_config import StreamFacts
 from jetraft.jetstream.models import encode_json, format_time
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.types import StoreError
 from jetraft.jetstream.stream import Entry, Result, Stream, UpdateConfig
 from jetraft.jetstream.stream_config import StreamConfig
@@ -50,10 +51,13 @@ from jetraft.server.js.limits import check_stream_limits, limits_body
 from jetraft.server.js.replies import send_slices
 from jetraft.server.js.store_glue import (
     TRASH_PREFIX,
+    Encryption,
     MetaError,
     StreamMeta,
     account_dir,
     clear_trash,
+    create_cipher,
+    load_cipher,
     open_store,
     read_meta,
     remove_stream_dir,
@@ -113,6 +117,7 @@ class JsAccount:
         self._deleting: set[str] = set()  # streams whose files are being removed
         js = manager.config
         self.sync_interval_ns = js.sync_interval_ns
+        self.encryption = Encryption(js.encryption_key, js.cipher)
         self._domain = js.domain
         self.base_dir: Path | None = account_dir(js.store_dir, account.name)
         acfg = manager.server.config.account(account.name)
@@ -144,8 +149,9 @@ class JsAccount:
             if name.startswith(TRASH_PREFIX):
                 continue
             try:
-                meta = read_meta(stream_dir)
-                store = open_store(meta.config, stream_dir)
+                cipher = load_cipher(self.encryption, self.account.name, stream_dir)
+                meta = read_meta(stream_dir, cipher)
+                store = open_store(meta.config, stream_dir, cipher)
             except (MetaError, StoreError, OSError) as exc:
                 # Report, keep the files exactly as they are, and refuse to reuse the name.
                 log.error("JetStream stream %s > %s not loaded: %s", self.account.name, name, exc)
@@ -153,11 +159,13 @@ class JsAccount:
                 continue
             stream = Stream(meta.config, store, meta.created_ns, self._domain)
             stream.recover()
-            self._install(stream, stream_dir)
+            self._install(stream, stream_dir, cipher)
             log.info("Restored stream %s > %s", self.account.name, name)
 
-    def _install(self, stream: Stream, stream_dir: Path | None) -> StreamRuntime:
-        rt = StreamRuntime(self, stream, stream_dir)
+    def _install(
+        self, stream: Stream, stream_dir: Path | None, cipher: RecordCipher | None = None
+    ) -> StreamRuntime:
+        rt = StreamRuntime(self, stream, stream_dir, cipher)
         self._streams[stream.name] = stream
         self.runtimes[stream.name] = rt
         rt.start()
@@ -263,10 +271,12 @@ class JsAccount:
         if stream_dir is not None and stream_dir.exists():
             # Left over by something we did not load: never overwrite it.
             raise E.api_error(10194, err=f"{stream_dir} already exists")
+        cipher = None
         try:
             if stream_dir is not None:
-                write_meta(stream_dir, StreamMeta(cfg, created))
-            store = open_store(cfg, stream_dir)
+                cipher = create_cipher(self.encryption, self.account.name, stream_dir)
+                write_meta(stream_dir, StreamMeta(cfg, created), cipher)
+            store = open_store(cfg, stream_dir, cipher)
         except (OSError, StoreError) as exc:
             if stream_dir is not None:
                 # Only what this request just created goes; nothing else is touched.
@@ -276,7 +286,7 @@ class JsAccount:
         stream = Stream(cfg, store, created, self._domain)
         if cfg.first_seq > 1:
             store.purge(None, cfg.first_seq, 0)
-        self._install(stream, stream_dir)
+        self._install(stream, stream_dir, cipher)
         return stream
 
     def update_stream(self, stream: Stream, cfg: StreamConfig) -> None:
@@ -285,7 +295,7 @@ class JsAccount:
         stream_dir = rt.stream_dir
         if stream_dir is not None:
             try:
-                write_meta(stream_dir, StreamMeta(cfg, stream.created_ns))
+                write_meta(stream_dir, StreamMeta(cfg, stream.created_ns), rt.cipher)
             except OSError as exc:
                 raise E.api_error(10069, err=str(exc)) from None
         result = rt.propose(UpdateConfig(cfg))
@@ -416,6 +426,11 @@ class JetStreamManager:
         for name, account in accounts.items():
             if name not in names and name != system:
                 self.disabled.append(DisabledAccount(self.server, account, clustered.answers_meta))
+
+    async def lame_duck(self) -> None:
+        """Hand this server's leaderships away before it goes (clustered only)."""
+        if self.clustered is not None:
+            await self.clustered.hand_over()
 
     async def stop(self) -> None:
         if self.clustered is not None:

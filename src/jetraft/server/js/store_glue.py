@@ -5,6 +5,9 @@ Layout (nats-server's): ``<store_dir>/jetstream/<account>/streams/<stream>/`` ho
 * ``meta.json``: the stream config and creation time, written atomically (temp file, fsync,
   rename, directory fsync) and carrying a SHA-256 of its own content, so a torn or edited file
   is detected instead of being half-believed;
+* ``key`` (encryption at rest): the stream's data key, sealed by a key derived from the
+  configured ``encryption_key`` (see ``jetstream.store.cipher``); then ``meta.json``, the
+  message blocks and the consumer state are all sealed with the data key;
 * the FileStore's files (``LOCK``, ``msgs/``);
 * ``obs/<consumer>/``: consumer state (written by the consumer glue).
 
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -24,12 +28,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jetraft.jetstream.store.cipher import (
+    KEY_FILE,
+    CipherError,
+    RecordCipher,
+    new_key_file,
+    open_key_file,
+)
 from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream_config import StreamConfig, from_wire, to_wire
+
+log = logging.getLogger("jetraft.js.store")
 
 META_FILE = "meta.json"
 CONSUMERS_DIR = "obs"
 META_VERSION = 1
+SEALED_META = b"JRE1"  # meta.json of an encrypted stream: this, then the sealed JSON
 
 
 class MetaError(Exception):
@@ -69,7 +83,57 @@ def write_atomic(path: Path, blob: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def write_meta(stream_dir: Path, meta: StreamMeta) -> None:
+@dataclass(frozen=True, slots=True)
+class Encryption:
+    """The configured secret (``jetstream { encryption_key }``, "" for none) and cipher."""
+
+    secret: str = ""
+    cipher: str = "chachapoly"
+
+
+def _key_context(account: str, stream: str) -> str:
+    return f"jetraft stream {account}/{stream}"
+
+
+def create_cipher(enc: Encryption, account: str, stream_dir: Path) -> RecordCipher | None:
+    """A new stream's data key (None without encryption), its key file durable on return."""
+    if not enc.secret:
+        return None
+    stream_dir.mkdir(parents=True, exist_ok=True)
+    cipher, blob = new_key_file(enc.secret, _key_context(account, stream_dir.name), enc.cipher)
+    write_atomic(stream_dir / KEY_FILE, blob)
+    fsync_dir(stream_dir.parent)
+    return cipher
+
+
+def load_cipher(enc: Encryption, account: str, stream_dir: Path) -> RecordCipher | None:
+    """The data key of an existing stream (None: stored in clear). Raises ``MetaError`` with
+    a clear reason when the configured key cannot open it, when the stream is encrypted and
+    no key is configured, or when a key is configured and the stream is in clear (converting
+    a stream is not supported; it stays offline rather than keep data in clear)."""
+    path = stream_dir / KEY_FILE
+    if not path.exists():
+        if enc.secret:
+            raise MetaError(
+                "the stream is stored unencrypted but jetstream encryption_key is set "
+                "(converting a stream to encrypted storage is not supported)"
+            )
+        return None
+    if not enc.secret:
+        raise MetaError("the stream is encrypted and no jetstream encryption_key is configured")
+    try:
+        return open_key_file(enc.secret, _key_context(account, stream_dir.name), path.read_bytes())
+    except CipherError as exc:
+        raise MetaError(str(exc)) from None
+    except OSError as exc:
+        raise MetaError(f"{path} is unreadable: {exc}") from None
+
+
+def _meta_aad(stream_dir: Path) -> bytes:
+    return b"meta " + stream_dir.name.encode()
+
+
+def write_meta(stream_dir: Path, meta: StreamMeta, cipher: RecordCipher | None = None) -> None:
     stream_dir.mkdir(parents=True, exist_ok=True)
     body: dict[str, object] = {
         "version": META_VERSION,
@@ -78,17 +142,36 @@ def write_meta(stream_dir: Path, meta: StreamMeta) -> None:
     }
     doc = dict(body)
     doc["sha256"] = _digest(body)
-    write_atomic(stream_dir / META_FILE, json.dumps(doc, indent=1).encode())
+    blob = json.dumps(doc, indent=1).encode()
+    if cipher is not None:
+        blob = SEALED_META + cipher.seal(blob, _meta_aad(stream_dir))
+    write_atomic(stream_dir / META_FILE, blob)
     fsync_dir(stream_dir.parent)
 
 
-def read_meta(stream_dir: Path) -> StreamMeta:
+def read_meta(stream_dir: Path, cipher: RecordCipher | None = None) -> StreamMeta:
     path = stream_dir / META_FILE
     try:
-        doc = json.loads(path.read_bytes())
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise MetaError(f"{path} is missing") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise MetaError(f"{path} is unreadable: {exc}") from None
+    sealed = raw.startswith(SEALED_META)
+    if sealed and cipher is None:
+        raise MetaError(f"{path} is encrypted but the stream has no key file")
+    if cipher is not None and not sealed:
+        raise MetaError(f"{path} is not encrypted in an encrypted stream")
+    if cipher is not None:
+        try:
+            raw = cipher.open(raw[len(SEALED_META) :], _meta_aad(stream_dir))
+        except CipherError:
+            raise MetaError(
+                f"{path} does not open with the stream's key (tampered or damaged)"
+            ) from None
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
         raise MetaError(f"{path} is unreadable: {exc}") from None
     if not isinstance(doc, dict):
         raise MetaError(f"{path} is not a JSON object")
@@ -107,16 +190,24 @@ def read_meta(stream_dir: Path) -> StreamMeta:
     return StreamMeta(config, created)
 
 
-def open_store(cfg: StreamConfig, stream_dir: Path | None) -> StreamStore:
+def open_store(
+    cfg: StreamConfig, stream_dir: Path | None, cipher: RecordCipher | None = None
+) -> StreamStore:
     """A MemoryStore for memory streams (or when JetStream has no directory), else the
-    FileStore in ``<stream_dir>/msgs`` (created if new, recovered if existing)."""
+    FileStore in ``<stream_dir>/msgs`` (created if new, recovered if existing), sealing its
+    records with ``cipher`` when given."""
     if cfg.storage == "memory" or stream_dir is None:
         from jetraft.jetstream.store.memory import MemoryStore
 
         return MemoryStore()
     from jetraft.jetstream.store.file import FileStore
 
-    return FileStore(str(stream_dir))
+    store = FileStore(str(stream_dir), cipher=cipher)
+    for path, offset, cut in store.truncated:
+        # A torn last write (a crash mid-write) - or damage of the very last record, which
+        # looks the same: say so, the data cut was never acknowledged unless it was damage.
+        log.warning("stream %s: cut %d bytes of a torn write at %s:%d", cfg.name, cut, path, offset)
+    return store
 
 
 def prepare_sync(store: StreamStore) -> Callable[[], None] | None:

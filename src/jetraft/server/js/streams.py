@@ -34,6 +34,7 @@ from typing import Protocol, cast
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.consumer_config import StreamFacts
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.types import StoreError, StreamStore
 from jetraft.jetstream.stream import (
     ConsumerAck,
@@ -77,7 +78,13 @@ class StreamHost(Protocol):
 class StreamRuntime:
     """The asyncio side of one ``Stream``."""
 
-    def __init__(self, acct: StreamHost, stream: Stream, stream_dir: Path | None) -> None:
+    def __init__(
+        self,
+        acct: StreamHost,
+        stream: Stream,
+        stream_dir: Path | None,
+        cipher: RecordCipher | None = None,
+    ) -> None:
         self.acct = acct
         self._stream = stream
         self.stream_dir = stream_dir
@@ -85,7 +92,9 @@ class StreamRuntime:
         self.client = InternalClient(acct.router, acct.account, f"stream {stream.name}")
         # Consumers observe the stream themselves; their set doubles as the stream's
         # retention registry, and their "no longer needed" comes back through our propose.
-        self.consumers = StreamConsumers(ConsumerEnv(acct.router, acct.account, acct.rng), self)
+        self.cipher = cipher  # encryption at rest: the stream's record cipher
+        env = ConsumerEnv(acct.router, acct.account, acct.rng)
+        self.consumers = StreamConsumers(env, self, cipher=cipher)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
         stream.add_observer(self)
         self.closed = False

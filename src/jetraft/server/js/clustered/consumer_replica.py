@@ -97,6 +97,8 @@ class ConsumerReplica:
         self.next_client = InternalClient(host.router, account, f"pull {ca.stream} > {ca.name}")
         self.closed = False
         self._last: asyncio.Future[Any] | None = None
+        self.initial_info: dict[str, Any] | None = None
+        self._reconcile_task: asyncio.Task[None] | None = None
         stream.stream.add_observer(self)
         stream.stream.add_consumer(self)
 
@@ -119,12 +121,13 @@ class ConsumerReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.group.is_leader
+        """Leading and serving (its runtime started and subscribed)."""
+        return self.runtime is not None and self.group.is_leader
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        await self.group.start()
+    async def start(self, *, known: bool = False) -> None:
+        await self.group.start(known=known)
 
     async def stop(self) -> None:
         self._close(deleted=False)
@@ -155,6 +158,20 @@ class ConsumerReplica:
                 self.runtime.update_config(ca.config)
             else:
                 self.core.update_config(ca.config)
+        if self.runtime is not None:
+            self.reconcile()
+
+    def reconcile(self) -> None:
+        """Leader: bring the group's membership in line with the assignment."""
+        if self._reconcile_task is None or self._reconcile_task.done():
+            self._reconcile_task = asyncio.ensure_future(self._reconcile())
+
+    async def _reconcile(self) -> None:
+        for _ in range(20):  # bounded: each round makes one change or finds none
+            if self.closed or self.runtime is None:
+                return
+            if not await self.group.reconcile_members(self.ca.peers):
+                return
 
     # --- the state machine (raft.node.StateMachine) --------------------------------------------
 
@@ -167,6 +184,10 @@ class ConsumerReplica:
         freed = isinstance(e, Acked | Exhausted | Dropped)
         done = self.core.apply(e)
         if self.runtime is not None:
+            if isinstance(e, Start):
+                # What the create request is answered with: the state before the first
+                # delivery (clients read num_pending from it, e.g. KV watchers).
+                self.initial_info = self.info()
             self.runtime.applied(done, freed or isinstance(e, Start))
         return done
 
@@ -232,6 +253,7 @@ class ConsumerReplica:
             prefix = f"$JS.{self.host.domain}.API.CONSUMER.MSG.NEXT."
             self.next_client.subscribe(f"{prefix}{self.ca.stream}.{self.ca.name}", self._on_next)
         rt.start()
+        self.reconcile()
 
     def _on_next(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         rt = self.runtime
@@ -318,6 +340,10 @@ class _Owner:
     @property
     def disk(self) -> StoreDisk:
         return OS_DISK
+
+    @property
+    def cipher(self) -> None:
+        return None  # no state file: the group's log is the record
 
     def disk_gate(self, name: str) -> None:
         return None

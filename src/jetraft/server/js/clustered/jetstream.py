@@ -23,7 +23,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,13 +53,15 @@ from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import TICK_S, peer_id
 from jetraft.server.js.clustered.meta_group import MetaGroup, MetaUnavailable
 from jetraft.server.js.clustered.stream_replica import StreamReplica
+from jetraft.server.js.clustered.subjects import (
+    CONSUMER_DELETE_SUBJECT,
+    CONSUMER_INFO_SUBJECT,
+    INFO_SUBJECT,
+    RETIRE_SUBJECT,
+)
 
 log = logging.getLogger("jetraft.js.cluster")
 
-INFO_SUBJECT = "$JSC.SI"  # .<account>.<stream>: the stream leader answers with its info
-CONSUMER_INFO_SUBJECT = "$JSC.CI"  # .<account>.<stream>.<consumer>: the consumer leader's
-RETIRE_SUBJECT = "$JSC.RET"  # .<account>.<stream>: sequences for the stream leader to retire
-CONSUMER_DELETE_SUBJECT = "$JSC.CD"  # .<account>.<stream>.<consumer>: for the meta leader
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
 
@@ -113,13 +115,13 @@ class ClusteredJetStream:
         self.meta = MetaGroup(self, expected_cluster_size(server.config))
         self.streams: dict[tuple[str, str], StreamReplica] = {}
         # Replicas taken out of their group, still voting until the group lets them go.
-        self.leaving: dict[tuple[str, str], StreamReplica] = {}
+        self.leaving: dict[tuple[str, ...], StreamReplica | ConsumerReplica] = {}
         self.consumers: dict[tuple[str, str, str], ConsumerReplica] = {}
         self.apis: dict[str, ClusterApi] = {}
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
         self.system_api: SystemApi | None = None
-        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
         self._change_task: asyncio.Task[None] | None = None
         self.rng = random.Random()
         self.peer_facts: dict[str, PeerInfo] = {}
@@ -169,6 +171,24 @@ class ClusteredJetStream:
         self.leaving.clear()
         await self.meta.stop()
 
+    async def hand_over(self, timeout_s: float = 2.0) -> None:
+        """Lame duck mode: move every leadership this server holds to another server."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            groups: list[StreamReplica | ConsumerReplica] = [
+                *self.consumers.values(), *self.streams.values()
+            ]
+            leading = [r for r in groups if r.is_leader]
+            if self.meta.is_leader:
+                with contextlib.suppress(MetaUnavailable):
+                    self.meta.step_down()
+            for replica in leading:
+                with contextlib.suppress(RaftError):
+                    replica.step_down()
+            if not leading and not self.meta.is_leader:
+                return
+            await asyncio.sleep(0.1)
+
     # --- what groups need (GroupHost, MetaHost, ReplicaHost) ---------------------------------
 
     @property
@@ -197,9 +217,9 @@ class ClusteredJetStream:
     def is_online(self, server: str) -> bool:
         return server == self.server.name or server in self.mesh.by_name
 
-    def meta_changed(self, changes: list[Change]) -> None:
+    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
         for change in changes:
-            self._changes.put_nowait(change)
+            self._changes.put_nowait((change, replay))
 
     def meta_leader_changed(self, leader: str) -> None:
         pass
@@ -246,16 +266,16 @@ class ClusteredJetStream:
 
     async def _process_changes(self) -> None:
         while True:
-            change = await self._changes.get()
+            change, replay = await self._changes.get()
             try:
                 if isinstance(change, StreamChanged):
-                    await self._stream_changed(change)
+                    await self._stream_changed(change, replay)
                 elif isinstance(change, ConsumerChanged):
-                    await self._consumer_changed(change)
+                    await self._consumer_changed(change, replay)
             except Exception:
                 log.exception("JetStream cluster: applying %s failed", change)
 
-    async def _stream_changed(self, change: StreamChanged) -> None:
+    async def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.streams.get(key)
@@ -268,7 +288,9 @@ class ClusteredJetStream:
             self._spawn(self._leave(replica))
             return
         if replica is None and new is not None and me in new.peers and key in self.leaving:
-            replica = self.streams[key] = self.leaving.pop(key)  # back in before it left
+            back = self.leaving.pop(key)  # back in before it left
+            assert isinstance(back, StreamReplica)
+            replica = self.streams[key] = back
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.streams[key]
@@ -288,13 +310,23 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = StreamReplica(self, new, joining=joining)
         self.streams[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
         self._serve_direct(replica)
 
-    async def _consumer_changed(self, change: ConsumerChanged) -> None:
+    async def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.consumers.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            del self.consumers[key]
+            self.leaving[key] = replica
+            replica.assignment_changed(new)
+            self._spawn(self._leave(replica))
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            back = self.leaving.pop(key)
+            assert isinstance(back, ConsumerReplica)
+            replica = self.consumers[key] = back
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.consumers[key]
@@ -316,7 +348,7 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = ConsumerReplica(self, new, stream, account, joining=joining)
         self.consumers[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
 
     def retire(self, account: str, stream: str, seqs: Sequence[int]) -> None:
         replica = self.streams.get((account, stream))
@@ -354,9 +386,10 @@ class ClusteredJetStream:
         with contextlib.suppress(MetaUnavailable):
             await self.meta.propose(entry)
 
-    async def _leave(self, replica: StreamReplica) -> None:
-        log.info("stream %s > %s: this server is no longer a replica", *replica.key)
-        replica.serve_direct(None)
+    async def _leave(self, replica: StreamReplica | ConsumerReplica) -> None:
+        log.info("%s: this server is no longer a replica", " > ".join(replica.key))
+        if isinstance(replica, StreamReplica):
+            replica.serve_direct(None)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         while time.monotonic() < deadline and not replica.closed:
             if self.leaving.get(replica.key) is not replica:
@@ -381,39 +414,75 @@ class ClusteredJetStream:
         replica.serve_direct(api.direct_get if api is not None else None)
 
     # --- internal info requests --------------------------------------------------------------
+    #
+    # $JSC.SI.<account>.<stream> / $JSC.CI.<account>.<stream>.<consumer>: the asset's leader
+    # answers with its info. With a JSON body {"reply", "head", "tail", "config", "initial"}
+    # it answers the *client* instead, at "reply" in the client's account, with
+    # {**head, **info, **tail}: the leader subscribed (to the stream's subjects, the
+    # consumer's pull subject) before it answers, and its answer travels the same route as
+    # that interest, so a client never hears "created" before it can use what was created.
+    # With "config", a leader still on another config answers {"pending": true}.
 
     def _on_info_request(self, subject: str, reply: str | None, hdr: bytes | None,
                          data: bytes) -> None:
-        if not reply:
-            return
         _, _, account, name = subject.split(".", 3)
         replica = self.streams.get((account, name))
-        if replica is None or not replica.is_leader:
-            return
         api = self.apis.get(account)
-        if api is None:
-            return
-        self.internal.publish(reply, encode_json(api.stream_info(replica)))
+        if reply and replica is not None and replica.is_leader and api is not None:
+            self._answer_info(api, reply, data, lambda initial: api.stream_info(replica))
 
     def _on_consumer_info(self, subject: str, reply: str | None, hdr: bytes | None,
                           data: bytes) -> None:
-        if not reply:
-            return
         _, _, account, stream, name = subject.split(".", 4)
         replica = self.consumers.get((account, stream, name))
-        if replica is None or not replica.is_leader:
+        api = self.apis.get(account)
+        if not reply or replica is None or not replica.is_leader or api is None:
             return
+
+        def info(initial: bool) -> dict[str, Any] | None:
+            if initial:
+                return replica.initial_info  # None until its start is applied: pending
+            return replica.info()
+
         with contextlib.suppress(RaftError):
-            self.internal.publish(reply, encode_json(replica.info()))
+            self._answer_info(api, reply, data, info)
+
+    def _answer_info(self, api: ClusterApi, reply: str, data: bytes,
+                     info_of: Callable[[bool], dict[str, Any] | None]) -> None:
+        ask = _json_dict((None, data)) if data else None
+        info = info_of(bool(ask and ask.get("initial")))
+        if info is None or (ask and "config" in ask and info.get("config") != ask["config"]):
+            self.internal.publish(reply, b'{"pending":true}')
+            return
+        client_reply = ask.get("reply") if ask else None
+        if isinstance(client_reply, str) and client_reply:
+            head, tail = ask.get("head") or {}, ask.get("tail") or {}  # type: ignore[union-attr]
+            api.answer(client_reply, {**head, **info, **tail})
+        self.internal.publish(reply, encode_json(info))
+
+    async def asset_info(
+        self,
+        subject: str,
+        *,
+        timeout_s: float,
+        answer: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Ask the leader on ``subject`` (see above) until it answers with the wanted
+        config or ``timeout_s`` passed; returns the info (None: no leader answered)."""
+        body = encode_json(answer) if answer else b""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = _json_dict(await self.internal.request(subject, body, 0.1))
+            if got is not None and not got.get("pending"):
+                return got
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.05)
 
     async def fetch_consumer_info(self, account: str, stream: str, name: str,
                                   timeout_s: float = 1.0) -> dict[str, Any] | None:
-        replica = self.consumers.get((account, stream, name))
-        if replica is not None and replica.is_leader:
-            with contextlib.suppress(RaftError):
-                return replica.info()
         subject = f"{CONSUMER_INFO_SUBJECT}.{account}.{stream}.{name}"
-        return _json_dict(await self.internal.request(subject, b"", timeout_s))
+        return await self.asset_info(subject, timeout_s=timeout_s)
 
     async def fetch_stream_info(self, account: str, name: str,
                                 timeout_s: float = 1.0) -> dict[str, Any] | None:
@@ -422,8 +491,7 @@ class ClusteredJetStream:
         api = self.apis.get(account)
         if replica is not None and replica.is_leader and api is not None:
             return api.stream_info(replica)
-        got = await self.internal.request(f"{INFO_SUBJECT}.{account}.{name}", b"", timeout_s)
-        return _json_dict(got)
+        return await self.asset_info(f"{INFO_SUBJECT}.{account}.{name}", timeout_s=timeout_s)
 
     def account_details(self, streams: bool) -> list[dict[str, Any]]:
         """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""
