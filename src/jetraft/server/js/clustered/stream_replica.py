@@ -79,6 +79,9 @@ class _Snapshot(msgspec.Struct, array_like=True):
     config: StreamConfig
     created_ns: int
     chunks: list[bytes]
+    dedupe: list[tuple[str, int, int]]
+    last_msg_id: str
+    ttl: list[tuple[int, int]]
 
 
 class StreamReplica:
@@ -166,12 +169,14 @@ class StreamReplica:
     def snapshot(self) -> bytes:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
-        return msgspec.msgpack.encode(_Snapshot(stream.config, stream.created_ns, chunks))
+        dedupe, last_msg_id, ttl = stream.beside_store()
+        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl)
+        return msgspec.msgpack.encode(snap)
 
     def restore(self, data: bytes) -> None:
         snap = msgspec.msgpack.decode(data, type=_Snapshot)
         self.stream.store.restore(snap.chunks)
-        self.stream.reload(snap.config)
+        self.stream.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl)
 
     # --- leadership --------------------------------------------------------------------------
 
