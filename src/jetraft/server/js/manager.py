@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream import errors as E
@@ -43,7 +43,6 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
@@ -64,6 +63,9 @@ from jetraft.server.js.store_glue import (
     write_meta,
 )
 from jetraft.server.js.streams import StreamRuntime
+
+if TYPE_CHECKING:
+    from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 
 log = logging.getLogger("jetraft.js")
 
@@ -416,6 +418,9 @@ class JetStreamManager:
                 self.disabled.append(DisabledAccount(self.server, account))
 
     async def _start_clustered(self) -> None:
+        # Imported here: a single server does not need the cluster's modules at all.
+        from jetraft.server.js.clustered.jetstream import ClusteredJetStream
+
         cfg, accounts = self.server.config, self.server.auth.accounts
         enabled = enabled_accounts(cfg, accounts)
         clustered = ClusteredJetStream(self.server, enabled)

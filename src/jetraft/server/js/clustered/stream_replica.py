@@ -58,6 +58,8 @@ from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 log = logging.getLogger("jetraft.js.stream")
 
 PROPOSE_TIMEOUT_S = 5.0
+MIN_SNAPSHOT_ENTRIES = 8192
+SNAPSHOT_CHECK_EVERY = 1024
 
 
 class ReplicaHost(GroupHost, Protocol):
@@ -79,6 +81,9 @@ class _Snapshot(msgspec.Struct, array_like=True):
     config: StreamConfig
     created_ns: int
     chunks: list[bytes]
+    dedupe: list[tuple[str, int, int]]
+    last_msg_id: str
+    ttl: list[tuple[int, int]]
 
 
 class StreamReplica:
@@ -157,21 +162,33 @@ class StreamReplica:
     def apply(self, entry: Entry) -> object:
         e = decode_entry(entry.data)
         result = self.stream.apply(e)
+        if entry.index % SNAPSHOT_CHECK_EVERY == 0:
+            self._pace_snapshots()
         for listener in self.apply_listeners:
             listener(e, result)
         if self._leading and (self._expire_timer is None or isinstance(e, UpdateConfig)):
             self._arm_expiry()
         return result
 
+    def _pace_snapshots(self) -> None:
+        """A snapshot holds the whole stream, so take one only every max(8192, messages)
+        entries: its cost is then spread evenly over the entries it replaces."""
+        node = self.group.node
+        if node is not None:
+            msgs = self.stream.store.state().msgs
+            node.driver.snapshot_entries = max(MIN_SNAPSHOT_ENTRIES, msgs)
+
     def snapshot(self) -> bytes:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
-        return msgspec.msgpack.encode(_Snapshot(stream.config, stream.created_ns, chunks))
+        dedupe, last_msg_id, ttl = stream.beside_store()
+        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl)
+        return msgspec.msgpack.encode(snap)
 
     def restore(self, data: bytes) -> None:
         snap = msgspec.msgpack.decode(data, type=_Snapshot)
         self.stream.store.restore(snap.chunks)
-        self.stream.reload(snap.config)
+        self.stream.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl)
 
     # --- leadership --------------------------------------------------------------------------
 
