@@ -15,16 +15,18 @@ import resource
 import ssl
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
 from jetraft.protocol.subjects import is_literal, subject_matches
-from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
-from jetraft.server.js.manager import JetStreamManager
+
+if TYPE_CHECKING:  # a server without JetStream or routes does not load their modules
+    from jetraft.server.cluster.route_conn import PeerInfo
+    from jetraft.server.js.manager import JetStreamManager
 
 Query = Mapping[str, str]
 

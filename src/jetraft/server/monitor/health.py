@@ -12,10 +12,12 @@ response status and drops it from the body, as nats-server does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jetraft.server.js.manager import JetStreamManager
 from jetraft.server.monitor.data import MonitoredServer, Query, flag
+
+if TYPE_CHECKING:
+    from jetraft.server.js.manager import JetStreamManager
 
 _UNAVAILABLE = "unavailable"
 
