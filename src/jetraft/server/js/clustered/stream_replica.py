@@ -21,6 +21,7 @@ The leader alone:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -54,6 +55,7 @@ from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
+from jetraft.server.js.expiry import ExpiryTimer
 
 log = logging.getLogger("jetraft.js.stream")
 
@@ -101,8 +103,7 @@ class StreamReplica:
         )
         self.closed = False
         self._leading = False
-        self._expire_timer: asyncio.TimerHandle | None = None
-        self._expire_due_ns = 0
+        self.expiry = ExpiryTimer(lambda: self.stream, self._expire)
         self._reconcile_task: asyncio.Task[None] | None = None
         self._to_retire: set[int] = set()
         self.apply_listeners: list[Callable[[StreamEntry, Result], None]] = []
@@ -166,8 +167,8 @@ class StreamReplica:
             self._pace_snapshots()
         for listener in self.apply_listeners:
             listener(e, result)
-        if self._leading and (self._expire_timer is None or isinstance(e, UpdateConfig)):
-            self._arm_expiry()
+        if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
+            self.expiry.arm()
         return result
 
     def _pace_snapshots(self) -> None:
@@ -200,7 +201,7 @@ class StreamReplica:
                      self.sa.account, self.name, ss.term)
             self._leading = True
             self._subscribe()
-            self._arm_expiry()
+            self.expiry.arm()
             self.reconcile()
             self.recheck_retention()  # what a previous leader may not have retired
         elif ss.role is not Role.LEADER and self._leading:
@@ -211,9 +212,7 @@ class StreamReplica:
         self._leading = False
         for sub in list(self.client.subs.values()):
             self.client.unsubscribe(sub)
-        if self._expire_timer is not None:
-            self._expire_timer.cancel()
-            self._expire_timer = None
+        self.expiry.cancel()
 
     def _subscribe(self) -> None:
         for sub in list(self.client.subs.values()):
@@ -309,27 +308,10 @@ class StreamReplica:
 
     # --- expiry ------------------------------------------------------------------------------
 
-    def _arm_expiry(self) -> None:
-        due = self.stream.next_expiry_ns()
-        if due is None or not self._leading or self.closed:
-            return
-        if self._expire_timer is not None:
-            if self._expire_due_ns <= due:
-                return
-            self._expire_timer.cancel()
-        self._expire_due_ns = due
-        delay_s = max(due - time.time_ns(), 0) / 1e9 + 0.001
-        loop = asyncio.get_running_loop()
-        self._expire_timer = loop.call_later(min(delay_s, 3600.0), self._on_expire)
-
-    def _on_expire(self) -> None:
-        self._expire_timer = None
-        if not self._leading or self.closed:
-            return
-        try:
-            self.propose(Expire(time.time_ns()))
-        except RaftError:
-            return
+    def _expire(self, now: int) -> None:
+        if self._leading and not self.closed:
+            with contextlib.suppress(RaftError):
+                self.propose(Expire(now))
 
     # --- bringing the group in line with the assignment --------------------------------------
 
