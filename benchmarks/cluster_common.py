@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 
 from benchmarks.common import free_port, nats_server_binary
 from benchmarks.js_publish import Conn
@@ -191,7 +192,7 @@ class BenchCluster:
 
     # -- clients and stream placement --------------------------------------------------
 
-    async def connect(self, node: ClusterNode, **kwargs: Any) -> nats.NATS:
+    async def connect(self, node: ClusterNode, **kwargs: Any) -> NATS:
         kwargs.setdefault("allow_reconnect", False)
         kwargs.setdefault("connect_timeout", 3)
         return await nats.connect(node.url, **kwargs)

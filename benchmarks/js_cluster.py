@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import nats
+from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
@@ -133,7 +133,7 @@ def publish_section(cl: BenchCluster, args: argparse.Namespace, res: Results) ->
                 key = (replicas, where, mode)
                 res.publish.setdefault(key, {})[cl.kind] = rate
                 res.publish_cpu.setdefault(key, {})[cl.kind] = cpu
-                print(f"  {cl.kind} R{replicas} {mode} on {where}: {rate:,.0f} msg/s, "
+                print(f"  {cl.kind} {label(key)}: {rate:,.0f} msg/s, "
                       f"servers' CPU {fmt_list(cpu, 0)} us/msg", flush=True)
 
 
@@ -199,7 +199,7 @@ class PubLoop:
     """One request in flight; a refused or unanswered publish is retried with the same
     Nats-Msg-Id (so a retry of a message that did land is a duplicate, not a copy)."""
 
-    nc: nats.NATS
+    nc: NATS
     tag: str
     acks: list[float] = field(default_factory=list)
     timeouts: int = 0
@@ -389,6 +389,13 @@ def main() -> None:
     report(res, args)
 
 
+def label(key: tuple[int, str, str]) -> str:
+    """R1 has no followers: its "follower" run is on a server without a replica."""
+    r, where, mode = key
+    place = "leader" if where == "leader" else "follower" if r > 1 else "other server"
+    return f"R{r} {mode} on {place}"
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
@@ -410,19 +417,21 @@ def report(res: Results, args: argparse.Namespace) -> None:
     if res.publish:
         print(f"\npublish {PAYLOAD} B, file storage, {args.run_s:g} s per run; sync: one in "
               f"flight, async: window {args.window} x {args.pubs} connections; msg/s acked")
-        print(f"{'scenario':<20}{'jetraft':>10}{'nats dflt':>11}{'nats always':>13}"
+        print(f"{'scenario':<26}{'jetraft':>10}{'nats dflt':>11}{'nats always':>13}"
               f"{'vs dflt':>9}{'vs always':>11}")
         for (r, where, mode), row in res.publish.items():
             j, d, a = (row.get(k) for k in KINDS)
             cells = "".join(f"{x:>{w},.0f}" if x else f"{'-':>{w}}"
                             for x, w in ((j, 10), (d, 11), (a, 13)))
-            print(f"{f'R{r} {mode} on {where}':<20}{cells}{ratio(j, d):>9}{ratio(j, a):>11}")
+            print(f"{label((r, where, mode)):<26}{cells}{ratio(j, d):>9}{ratio(j, a):>11}")
         print("\nservers' CPU per acked message, us (stream leader/other/other; less noisy "
               "than the rates on a shared machine)")
-        print(f"{'scenario':<20}{'jetraft':>16}{'nats dflt':>16}{'nats always':>16}")
-        for (r, where, mode), row in res.publish_cpu.items():
-            cells = "".join(f"{fmt_list(row[k], 0) if k in row else '-':>16}" for k in KINDS)
-            print(f"{f'R{r} {mode} on {where}':<20}{cells}")
+        print(f"{'scenario':<26}{'jetraft':>16}{'nats dflt':>16}{'nats always':>16}")
+        for (r, where, mode), cpu_row in res.publish_cpu.items():
+            cells = "".join(
+                f"{fmt_list(cpu_row[k], 0) if k in cpu_row else '-':>16}" for k in KINDS
+            )
+            print(f"{label((r, where, mode)):<26}{cells}")
     if res.consume:
         j, d = res.consume.get("jetraft"), res.consume.get("nats-server")
         print(f"\nR3 pull consume + acks ({args.consume_msgs} msgs, batch {args.batch}): "
