@@ -1,33 +1,27 @@
-"""The `jetraft` command. `jetraft server ...` runs a server with nats-server style flags."""
+"""The `jetraft` command.
+
+`jetraft server [flags]` runs a server with nats-server style flags (-c FILE, -p PORT, -js,
+...). Every other command, and `jetraft server ls|report|cluster|check ...`, is the admin CLI
+(`jetraft.cli`), which talks to running servers over the wire.
+"""
 
 from __future__ import annotations
 
 import sys
 
-USAGE = """usage: jetraft <command> [options]
-
-commands:
-  server   run a jetraft server (flags as nats-server: -c FILE, -p PORT, -js, -sd DIR, ...)
-"""
-
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return 0
-    command, rest = args[0], args[1:]
-    if command == "server":
-        from jetraft.server.runner import main as server_main
+    if args and args[0] == "server":
+        from jetraft.cli.app import SERVER_ADMIN_COMMANDS
 
-        return server_main(rest)
-    if command in ("--version", "version"):
-        import jetraft
+        if len(args) < 2 or args[1] not in SERVER_ADMIN_COMMANDS:
+            from jetraft.server.runner import main as server_main
 
-        print(f"jetraft {jetraft.__version__}")
-        return 0
-    print(f"jetraft: unknown command {command!r}\n\n{USAGE}", file=sys.stderr)
-    return 2
+            return server_main(args[1:])
+    from jetraft.cli.app import main as cli_main
+
+    return cli_main(args)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ class Node:
     name_override: str = ""
     cluster_name: str = CLUSTER
     cluster_extra: str = ""  # config text inside the cluster block
+    js_extra: str = ""  # config text inside the jetstream block
     host: str = ""
     port: int = 0
     cluster_port: int = 0
@@ -130,7 +131,11 @@ class Node:
 
     def config_text(self, routes: list[str]) -> str:
         route_lines = "\n".join(f"    {r}" for r in routes)
-        js = f"jetstream {{\n   store_dir={self.store_dir}\n}}\n" if self.jetstream else ""
+        js = (
+            f"jetstream {{\n   store_dir={self.store_dir}\n{self.js_extra}}}\n"
+            if self.jetstream
+            else ""
+        )
         advertise = ""
         if self.proxy is not None:
             advertise = f"  advertise: {self.proxy.host}:{self.proxy.port}\n"
@@ -330,6 +335,12 @@ class Cluster:
     async def wait_jetstream(self, timeout_s: float = 30.0, nodes: list[Node] | None = None) -> str:
         """Wait until the running JetStream nodes agree on a meta leader; return it."""
         return await wait_until(lambda: self.meta_leader(nodes), timeout_s, "a meta leader")
+
+    async def connect_system(self, node: Node, **kwargs: Any) -> nats.NATS:
+        """A client of the system account ($SYS), with the seeds' admin user."""
+        kwargs.setdefault("user", SYS_USER)
+        kwargs.setdefault("password", SYS_PASSWORD)
+        return await self.connect(node, **kwargs)
 
     async def connect(self, node: Node, **kwargs: Any) -> nats.NATS:
         kwargs.setdefault("allow_reconnect", False)

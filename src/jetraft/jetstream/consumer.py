@@ -308,13 +308,18 @@ class ConsumerCore:
         self._npc_fp = None
         return []
 
-    def _apply_delivered(self, e: Delivered) -> list[int]:
-        st = self.state
+    def note_delivered(self, e: Delivered) -> None:
+        """The leader's cursor moves past a delivery at once, before its entry is applied
+        (in a cluster that is later, once committed); applying it again changes nothing."""
         if e.dseq >= self.dseq:
             self.dseq = e.dseq + 1
         if e.sseq >= self.sseq and e.dc == 1 and not self.lss:
             self.sseq = e.sseq + 1
         self.last_delivered_ns = e.ts_ns
+
+    def _apply_delivered(self, e: Delivered) -> list[int]:
+        st = self.state
+        self.note_delivered(e)
         if e.dseq <= st.ack_floor.consumer_seq:
             return []
         if self.cfg.ack_policy == "none":

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import msgspec
@@ -174,7 +175,32 @@ def _names_from_subject(subject: str) -> tuple[str, str, str, str]:
     return "new", toks[4], toks[5], ".".join(toks[6:])
 
 
-def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
+@dataclass(frozen=True, slots=True)
+class CreatePlan:
+    """What a create request amounts to: a new consumer, or an update of ``existing``
+    (``cfg == existing config``: nothing to change)."""
+
+    stream: str
+    name: str
+    cfg: ConsumerConfig
+    existing: bool
+
+
+StreamView = Callable[[str], "tuple[StreamFacts, Mapping[str, ConsumerConfig]] | None"]
+
+
+def plan_create(
+    subject: str,
+    data: bytes,
+    stream_of: StreamView,
+    bound: Callable[[str], bool],
+    *,
+    clustered: bool = False,
+) -> CreatePlan:
+    """Validate a CREATE / DURABLE.CREATE request as nats-server does. ``stream_of(name)``
+    gives the stream's facts and its consumers' configs (None: no such stream),
+    ``bound(name)`` whether a push consumer's deliver subject has interest. Raises
+    ConsumerError with nats-server's code, in nats-server's order of checks."""
     req = decode_create_request(data)
     mode, stream_name, cname, filtered = _names_from_subject(subject)
     if stream_name != (req.stream_name or ""):
@@ -200,56 +226,42 @@ def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
         raise cerr(10137)
     if filtered and cfg.filter_subject != filtered:
         raise cerr(10131)
-    if cfg.num_replicas > 1:
+    if cfg.num_replicas > 1 and not clustered:
         raise cerr(10074)
-    cset = _consumer_set(ctx, stream_name)
-    if cset is None:
+    found = stream_of(stream_name)
+    if found is None:
         raise cerr(10059)
-    facts = cset.facts()
+    facts, configs = found
+    if clustered and cfg.num_replicas > facts.replicas:
+        raise cerr(10012, err="consumer replicas exceed stream replicas")
+    if (
+        clustered
+        and facts.retention != "limits"
+        and cfg.num_replicas
+        and cfg.num_replicas != facts.replicas
+    ):
+        raise cerr(10134)
     lookup = cfg.durable_name or cfg.name
-    existing = cset.consumers.get(lookup) if lookup else None
-    if existing is not None:
-        cfg = msgspec.structs.replace(cfg, pause_until=existing.cfg.pause_until)
+    old = configs.get(lookup) if lookup else None
+    if old is not None:
+        cfg = msgspec.structs.replace(cfg, pause_until=old.pause_until)
     cfg = apply_defaults(cfg, facts)
     validate(cfg, facts)
     action = req.action or ""
-    if existing is not None:
-        return _update_existing(existing, cfg, action, cset, facts)
+    if old is not None:
+        if action == "create" and cfg != msgspec.structs.replace(old, metadata=cfg.metadata):
+            raise cerr(10148)
+        if facts.retention == "workqueue":
+            others = [c for n, c in configs.items() if n != lookup]
+            if cfg.filters and others and not partition_unique(cfg.filters, others):
+                raise cerr(10100)
+        check_update(old, cfg, bound(lookup))
+        return CreatePlan(stream_name, lookup, cfg, True)
     if action == "update":
         raise cerr(10149)
-    return _create_new(ctx, cfg, cset, facts)
-
-
-def _update_existing(
-    existing: ConsumerHandle,
-    cfg: ConsumerConfig,
-    action: str,
-    cset: ConsumerSet,
-    facts: StreamFacts,
-) -> dict[str, Any]:
-    old = existing.cfg
-    if action == "create" and cfg != msgspec.structs.replace(old, metadata=cfg.metadata):
-        raise cerr(10148)
-    name = existing.core.name
-    if facts.retention == "workqueue":
-        others = [c.cfg for n, c in cset.consumers.items() if n != name]
-        if cfg.filters and others and not partition_unique(cfg.filters, others):
-            raise cerr(10100)
-    check_update(old, cfg, existing.deliver_bound())
-    if cfg != old:
-        existing.update_config(cfg)
-        if cset.persistent and not cfg.mem_storage:
-            existing.write_now()
-    return existing.info()
-
-
-def _create_new(
-    ctx: ApiContext, cfg: ConsumerConfig, cset: ConsumerSet, facts: StreamFacts
-) -> dict[str, Any]:
-    if 0 < facts.max_consumers <= len(cset.consumers):
+    if 0 < facts.max_consumers <= len(configs):
         raise cerr(10026)
-    others = [c.cfg for c in cset.consumers.values()]
-    check_workqueue(cfg, cfg.name, others, facts)
+    check_workqueue(cfg, cfg.name, list(configs.values()), facts)
     if cfg.durable_name:
         if len(cfg.durable_name) > MAX_NAME_LEN:
             raise cerr(10102, max=MAX_NAME_LEN)
@@ -258,11 +270,36 @@ def _create_new(
         name = cfg.name
     else:
         name = new_consumer_name()
-        while name in cset.consumers:
+        while name in configs:
             name = new_consumer_name()
     if not valid_asset_name(name):
         raise cerr(10103)
-    core = ConsumerCore(facts.name, name, cfg, ctx.now_ns())
+    return CreatePlan(stream_name, name, cfg, False)
+
+
+def _create(ctx: ApiContext, subject: str, data: bytes) -> dict[str, Any]:
+    sets: dict[str, ConsumerSet] = {}
+
+    def stream_of(stream: str) -> tuple[StreamFacts, Mapping[str, ConsumerConfig]] | None:
+        cset = _consumer_set(ctx, stream)
+        if cset is None:
+            return None
+        sets[stream] = cset
+        return cset.facts(), {n: c.cfg for n, c in cset.consumers.items()}
+
+    def bound(name: str) -> bool:
+        return any(c.consumers[name].deliver_bound() for c in sets.values() if name in c.consumers)
+
+    plan = plan_create(subject, data, stream_of, bound)
+    cset = sets[plan.stream]
+    if plan.existing:
+        existing: ConsumerHandle = cset.consumers[plan.name]
+        if plan.cfg != existing.cfg:
+            existing.update_config(plan.cfg)
+            if cset.persistent and not plan.cfg.mem_storage:
+                existing.write_now()
+        return existing.info()
+    core = ConsumerCore(plan.stream, plan.name, plan.cfg, ctx.now_ns())
     handle: ConsumerHandle = cset.add(core, fresh=True)
     return handle.info()
 
@@ -303,7 +340,7 @@ def handle_delete(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dic
     return {"type": PREFIX + kind, "success": True}
 
 
-def _offset(data: bytes) -> int:
+def page_offset(data: bytes) -> int:
     body = data.strip()
     if not body:
         return 0
@@ -323,7 +360,7 @@ def _paged(ctx: ApiContext, subject: str, data: bytes, limit: int) -> tuple[list
     toks = _tokens(subject)
     if len(toks) < 5:
         raise cerr(10003)
-    offset = _offset(data)
+    offset = page_offset(data)
     cset = _consumer_set(ctx, toks[4])
     if cset is None:
         raise cerr(10059)
@@ -380,37 +417,49 @@ class _PauseRequest(msgspec.Struct):
     pause_until: str | None = None
 
 
-def handle_pause(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
-    kind = "consumer_pause_response"
+PAUSE_KIND = "consumer_pause_response"
+
+
+def pause_until_from(data: bytes) -> int:
+    """The ``pause_until`` of a PAUSE request in ns (0: resume); raises ConsumerError."""
+    req = _PauseRequest()
+    if data.strip()[:1] in (b"{", b"["):
+        try:
+            req = msgspec.json.decode(data, type=_PauseRequest)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise invalid_json(exc) from None
+    if not req.pause_until:
+        return 0
     try:
-        req = _PauseRequest()
-        if data.strip()[:1] in (b"{", b"["):
-            try:
-                req = msgspec.json.decode(data, type=_PauseRequest)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise invalid_json(exc) from None
-        cset, handle = _lookup(ctx, subject)
-        until_ns = 0
-        if req.pause_until:
-            try:
-                until_ns = parse_rfc3339_ns(req.pause_until)
-            except ValueError as exc:
-                raise cerr(10025, err=str(exc)) from None
-    except ConsumerError as exc:
-        return _error(kind, exc)
+        return parse_rfc3339_ns(req.pause_until)
+    except ValueError as exc:
+        raise cerr(10025, err=str(exc)) from None
+
+
+def pause_response(until_ns: int, now_ns: int) -> dict[str, Any]:
     until = format_rfc3339_ns(until_ns) if until_ns > 0 else None
-    handle.update_config(msgspec.structs.replace(handle.cfg, pause_until=until))
-    if cset.persistent and not handle.cfg.mem_storage:
-        handle.write_now()
-    remaining = until_ns - ctx.now_ns() if until_ns else 0
+    remaining = until_ns - now_ns if until_ns else 0
     out: dict[str, Any] = {
-        "type": PREFIX + kind,
+        "type": PREFIX + PAUSE_KIND,
         "paused": remaining > 0,
         "pause_until": until or ZERO_TIME,
     }
     if remaining > 0:
         out["pause_remaining"] = remaining
     return out
+
+
+def handle_pause(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
+    try:
+        until_ns = pause_until_from(data)
+        cset, handle = _lookup(ctx, subject)
+    except ConsumerError as exc:
+        return _error(PAUSE_KIND, exc)
+    until = format_rfc3339_ns(until_ns) if until_ns > 0 else None
+    handle.update_config(msgspec.structs.replace(handle.cfg, pause_until=until))
+    if cset.persistent and not handle.cfg.mem_storage:
+        handle.write_now()
+    return pause_response(until_ns, ctx.now_ns())
 
 
 def handle_stepdown(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:

@@ -108,7 +108,16 @@ class ConsumerAck(msgspec.Struct, frozen=True, tag="ack", array_like=True):
     seq: int
 
 
-Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck
+class Retire(msgspec.Struct, frozen=True, tag="ret", array_like=True):
+    """Interest / workqueue retention in a cluster: these messages are needed by no
+    consumer any more. The stream's leader decides (its server holds a replica of every
+    consumer of such a stream); every replica removes them alike, so replicas never depend
+    on how far their own consumer replicas got."""
+
+    seqs: list[int]
+
+
+Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
 
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()
 _ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
@@ -323,6 +332,8 @@ class Stream:
             return self._apply_expire(entry.now_ns)
         if isinstance(entry, ConsumerAck):
             return self._apply_consumer_ack(entry.seq)
+        if isinstance(entry, Retire):
+            return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
 
     def on_consumer_ack(self, seq: int) -> None:
@@ -529,6 +540,26 @@ class Stream:
             self._tell_removed([seq])
             return OpResult(True, 1)
         return OpResult(True, 0)
+
+    def _apply_retire(self, seqs: Sequence[int]) -> OpResult:
+        removed = [seq for seq in seqs if self.store.remove(seq)]
+        if removed:
+            self._tell_removed(removed)
+        return OpResult(True, len(removed))
+
+    def unneeded(self, seqs: Iterable[int]) -> list[int]:
+        """Of ``seqs``, those still stored that retention lets go (no consumer needs them)."""
+        retention = self.config.retention
+        if retention == "limits":
+            return []
+        out = []
+        for seq in seqs:
+            msg = self.store.load(seq)
+            if msg is None:
+                continue
+            if not any(c.needs_ack(seq, msg.subject) for c in self.consumers.values()):
+                out.append(seq)
+        return out
 
     def recheck_interest(self) -> int:
         """Interest retention: drop every message no consumer needs (after a consumer went

@@ -145,6 +145,8 @@ class Server:
             srv.close()
         if self.mesh is not None:
             self.mesh.broadcast_info()  # peers stop advertising our client URL
+        if self.jetstream is not None:
+            await self.jetstream.lame_duck()
         for conn in list(self.clients.values()):
             if conn.connected and not conn.closed:
                 info = self.info_for(conn)

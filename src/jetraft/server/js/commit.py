@@ -39,6 +39,7 @@ import contextvars
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 log = logging.getLogger("jetraft.js.commit")
 
@@ -68,11 +69,32 @@ _current: contextvars.ContextVar[Barrier | None] = contextvars.ContextVar(
 )
 
 
+class Durable(Protocol):
+    """Something whose changes become durable later: a ``CommitQueue`` on one server, a
+    RAFT group in a cluster (durable = committed by a quorum)."""
+
+    def touch(self) -> None:
+        """Something changed: the request being handled waits for it (``join_request``)."""
+        ...
+
+    def after_durable(self, callback: Callback) -> None:
+        """``callback(None)`` once every change made before this call is durable, else
+        ``callback(exc)``."""
+        ...
+
+
+def join_request(durable: Durable) -> None:
+    """The request being handled (if any) waits until ``durable``'s changes are."""
+    barrier = _current.get()
+    if barrier is not None and durable not in barrier.queues:
+        barrier.queues.append(durable)
+
+
 @dataclass(eq=False, slots=True)
 class Barrier:
     """What the handling of one request changed (queues touched, jobs started)."""
 
-    queues: list[CommitQueue] = field(default_factory=list)
+    queues: list[Durable] = field(default_factory=list)
     jobs: list[asyncio.Future[None]] = field(default_factory=list)
 
     @property
@@ -191,9 +213,7 @@ class CommitQueue:
         if self._closed:
             return
         self._dirty = True
-        barrier = _current.get()
-        if barrier is not None and self not in barrier.queues:
-            barrier.queues.append(self)
+        join_request(self)
         if not self._scheduled and self._timer is None:  # else a commit is on its way
             self._commit_later()
 

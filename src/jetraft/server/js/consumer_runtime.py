@@ -49,7 +49,7 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.commit import CommitQueue, Prepared, collect
+from jetraft.server.js.commit import Callback, CommitQueue, Durable, Prepared, collect
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -115,6 +115,15 @@ class ConsumerOwner(Protocol):
     def delete(self, name: str) -> bool: ...
 
 
+class Replicator(Durable, Protocol):
+    """A clustered consumer's RAFT group: entries are proposed to it and applied to the
+    consumer's state machine once committed (on every replica, this one included)."""
+
+    def propose(self, entry: Entry) -> None: ...
+
+    def after_durable(self, callback: Callback) -> None: ...
+
+
 # --- routing helpers -----------------------------------------------------------------------
 
 
@@ -152,7 +161,12 @@ def write_state(disk: StoreDisk, path: Path, blob: bytes) -> None:
 class ConsumerRuntime:
     """One consumer on this server (today always its leader)."""
 
-    def __init__(self, owner: ConsumerOwner, core: ConsumerCore) -> None:
+    def __init__(
+        self, owner: ConsumerOwner, core: ConsumerCore, replicator: Replicator | None = None
+    ) -> None:
+        """``replicator``: a clustered consumer's group; proposals go there and are
+        applied when committed (``applied``). Without: applied at once and committed to
+        the consumer's state file (single server)."""
         self.owner = owner
         self.env = owner.env
         self.core = core
@@ -175,14 +189,17 @@ class ConsumerRuntime:
         self._replay_prev_ts = 0
         self._replay_due_ns = 0
         self._replay_upto = owner.source().bounds()[1]
-        self.commits: CommitQueue | None = None
-        if owner.persistent and not core.cfg.mem_storage:
-            self.commits = CommitQueue(
+        self.replicator = replicator
+        # One server: the state file's commit queue (None when the state is not persisted).
+        self.queue: CommitQueue | None = None
+        if replicator is None and owner.persistent and not core.cfg.mem_storage:
+            self.queue = CommitQueue(
                 f"consumer {core.stream} > {core.name}",
                 self._prepare_state,
                 lazy_delay_s=STATE_FLUSH_S,
                 gate=owner.disk_gate(core.name),
             )
+        self.commits: Durable | None = replicator if replicator is not None else self.queue
         # Push state.
         self.active = False
         self.inactive_since_ns = 0
@@ -237,8 +254,9 @@ class ConsumerRuntime:
             self._arm_inactive_timer()
         self.kick()
 
-    def stop(self, deleted: bool) -> None:
-        """Stop delivering. ``deleted``: tell waiting pull requests (409 Consumer Deleted)."""
+    def stop(self, deleted: bool, leadership: bool = False) -> None:
+        """Stop delivering. ``deleted``: tell waiting pull requests (409 Consumer Deleted);
+        ``leadership``: this server stopped leading the consumer (409 Leadership Change)."""
         if self.closed:
             return
         self.closed = True
@@ -253,9 +271,10 @@ class ConsumerRuntime:
         ):
             if handle is not None:
                 handle.cancel()
-        if deleted:
+        if deleted or leadership:
+            why = "Consumer Deleted" if deleted else "Leadership Change"
             for wr in self.waitq.drain():
-                self._send_status(status(wr.reply, 409, "Consumer Deleted"))
+                self._send_status(status(wr.reply, 409, why))
         self.client.close()
 
     def update_config(self, cfg: ConsumerConfig) -> None:
@@ -278,12 +297,30 @@ class ConsumerRuntime:
         """Apply a replicated entry (single server: locally) and carry out its effects.
 
         ``notify``: tell the stream about sequences we no longer need (retention)."""
+        if self.replicator is not None:
+            # Clustered: applied when committed (see ``applied``); only the cursor moves now,
+            # so the next delivery does not repeat this one.
+            if isinstance(entry, Delivered):
+                self.core.note_delivered(entry)
+            self.replicator.propose(entry)
+            self.changed()
+            return []
         done = self.core.apply(entry)
         self.changed()
         if done and notify and self.owner.retention != "limits":
             for seq in done:
                 self.owner.consumer_ack(seq)
         return done
+
+    def applied(self, done: list[int], freed: bool) -> None:
+        """Clustered: a committed entry was applied to our state. ``done``: sequences we no
+        longer need (retention); ``freed``: a pending message was settled, so deliveries
+        blocked by max_ack_pending may go on."""
+        if done and self.owner.retention != "limits":
+            for seq in done:
+                self.owner.consumer_ack(seq)
+        if freed:
+            self.kick()
 
     # --- delivery -------------------------------------------------------------------------
 

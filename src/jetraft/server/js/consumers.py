@@ -200,8 +200,8 @@ class StreamConsumers:
         return True
 
     async def _remove_files(self, rt: ConsumerRuntime) -> None:
-        if rt.commits is not None:
-            await rt.commits.abandon()  # no state write may land after the removal
+        if rt.queue is not None:
+            await rt.queue.abandon()  # no state write may land after the removal
         path = self.state_path(rt.name)
         if path is not None:
             loop = asyncio.get_running_loop()
@@ -250,8 +250,8 @@ class StreamConsumers:
         for rt in runtimes:
             rt.stop(deleted=False)
         for rt in runtimes:
-            if rt.commits is not None:
-                await rt.commits.drain()
+            if rt.queue is not None:
+                await rt.queue.drain()
         for fut in list(self._removing.values()):
             await asyncio.wait([fut])
 
@@ -266,8 +266,8 @@ class StreamConsumers:
     async def abandon(self) -> None:
         """After ``stream_deleted``: wait until no consumer writes any more."""
         for rt in self._deleted:
-            if rt.commits is not None:
-                await rt.commits.abandon()
+            if rt.queue is not None:
+                await rt.queue.abandon()
         for fut in list(self._removing.values()):
             await asyncio.wait([fut])
 

@@ -427,6 +427,11 @@ class JetStreamManager:
             if name not in names and name != system:
                 self.disabled.append(DisabledAccount(self.server, account, clustered.answers_meta))
 
+    async def lame_duck(self) -> None:
+        """Hand this server's leaderships away before it goes (clustered only)."""
+        if self.clustered is not None:
+            await self.clustered.hand_over()
+
     async def stop(self) -> None:
         if self.clustered is not None:
             await self.clustered.stop()

@@ -56,8 +56,19 @@ META_OWNED = frozenset(
         "STREAM.NAMES",
         "STREAM.LIST",
         "STREAM.PEER.REMOVE.*",
+        "CONSUMER.CREATE.*",
+        "CONSUMER.CREATE.*.>",
+        "CONSUMER.DURABLE.CREATE.*",
+        "CONSUMER.DURABLE.CREATE.*.>",
+        "CONSUMER.DELETE.*.*",
+        "CONSUMER.NAMES.*",
+        "CONSUMER.LIST.*",
+        "CONSUMER.PAUSE.*.*",
     }
 )
+CONSUMER_OWNED = frozenset({"CONSUMER.INFO.*.*", "CONSUMER.LEADER.STEPDOWN.*.*"})
+# Pull requests go straight to the consumer's leader, which subscribes to them itself.
+SELF_SERVED = frozenset({"CONSUMER.MSG.NEXT.*.*"})
 STREAM_OWNED = frozenset(
     {
         "STREAM.INFO.*",
@@ -173,10 +184,10 @@ class ClusterApi:
             self._stream_request(route, api_subject, reply, hdr, data)
         elif pattern in DIRECT:
             self._direct_fallback(api_subject, reply)
-        else:
-            # Consumers are not clustered yet: the meta leader says so, once.
-            if self.js.answers_meta():
-                self._reply(reply, error_response(route.kind, E.api_error(10010)), error=True)
+        elif pattern in CONSUMER_OWNED:
+            self._consumer_request(route, api_subject, reply, hdr, data)
+        elif pattern not in SELF_SERVED and self.js.answers_meta():
+            self._reply(reply, error_response(route.kind, E.api_error(10010)), error=True)
 
     def _meta_request(
         self, route: Route, subject: str, reply: str, hdr: bytes | None, data: bytes
@@ -297,6 +308,41 @@ class ClusterApi:
         except RaftError as exc:
             raise E.api_error(10008) from exc
         return {"type": TYPE_PREFIX + kind, "success": True}
+
+    # --- consumer leader requests ------------------------------------------------------------
+
+    def _consumer_request(
+        self, route: Route, subject: str, reply: str, hdr: bytes | None, data: bytes
+    ) -> None:
+        toks = subject.split(".")
+        stream, name = toks[-2], toks[-1]
+        key = (self.account.name, stream, name)
+        replica = self.js.consumers.get(key)
+        if replica is None or not replica.is_leader:
+            state = self.js.meta.state
+            if key not in state.consumers and self.js.answers_meta():
+                missing = (
+                    E.stream_not_found()
+                    if (self.account.name, stream) not in state.streams
+                    else E.api_error(10014)
+                )
+                self._reply(reply, error_response(route.kind, missing), error=True)
+            return
+        if self._level_refused(route, hdr, reply):
+            return
+        if route.pattern == "CONSUMER.INFO.*.*":
+            try:
+                out = {"type": TYPE_PREFIX + route.kind, **replica.info()}
+            except RaftError:
+                return  # lost leadership meanwhile: the new leader answers a retry
+            self._reply(reply, out)
+            return
+        try:
+            replica.step_down(meta_api.preferred_from(data))
+            out = {"type": TYPE_PREFIX + route.kind, "success": True}
+        except RaftError as exc:
+            out = error_response(route.kind, E.api_error(10008, err=str(exc)))
+        self._reply(reply, out, error="error" in out)
 
     # --- direct get --------------------------------------------------------------------------
 

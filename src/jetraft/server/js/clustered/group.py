@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from jetraft.jetstream.models import format_time
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.node import RaftNode, StateMachine, Ticker
-from jetraft.raft.ready import RaftConfig, Role, SoftState
+from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
 from jetraft.raft.wal import Wal
 from jetraft.server.cluster.raftnet import RaftNet
 
@@ -106,6 +106,9 @@ class RaftGroup:
             log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
                       recovered.corrupt)
         self.wal = wal
+        fresh = not recovered.entries and recovered.snapshot is None and not (
+            recovered.hard_state.term
+        )
         self.node = RaftNode(
             self.host.server_name,
             self.peers,
@@ -125,6 +128,9 @@ class RaftGroup:
         self.node.subscribe(self._on_soft_state)
         self.host.raftnet.register(self.group, self.node)
         await self.node.start()
+        if fresh and self.peers and self.peers[0] == self.host.server_name:
+            # A new group's preferred leader (placed first) campaigns at once.
+            self.node.campaign()
 
     def _removed(self) -> None:
         log.info("RAFT group %s: this server was removed from the group", self.group)
@@ -159,6 +165,37 @@ class RaftGroup:
         """This server left the group: stop and remove its log."""
         await self.stop()
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
+
+    async def reconcile_members(self, want: Sequence[str]) -> bool:
+        """Leader: one step towards the membership ``want`` (the assignment's servers):
+        add a missing server (as a learner, promoted once caught up) or remove one that is
+        no longer wanted; when that is us, hand leadership to a wanted voter first (the new
+        leader removes us). True when it changed something (call again)."""
+        node = self.node
+        if node is None or not node.is_leader:
+            return False
+        wanted = set(want)
+        m = node.core.membership
+        have = set(m.voters) | set(m.learners)
+        try:
+            for peer in sorted(wanted - have):
+                log.info("RAFT group %s: adding %s", self.group, peer)
+                await node.add_member(peer, timeout_s=30.0)
+                return True
+            for peer in sorted(have - wanted):
+                if peer == self.host.server_name:
+                    target = next((p for p in sorted(wanted) if p in m.voters), None)
+                    if target is not None:
+                        node.transfer_leadership(target)
+                    return False
+                log.info("RAFT group %s: removing %s", self.group, peer)
+                await asyncio.wait_for(node.remove_member(peer), PROPOSAL_TIMEOUT_S)
+                return True
+        except (RaftError, ValueError, TimeoutError) as exc:
+            log.debug("RAFT group %s: membership change: %s", self.group, exc)
+            await asyncio.sleep(0.2)
+            return True
+        return False
 
     # --- queries -----------------------------------------------------------------------------
 

@@ -23,12 +23,20 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+import msgspec
+
 from jetraft.config import ServerConfig
-from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
+from jetraft.jetstream.meta import (
+    Change,
+    ConsumerChanged,
+    MetaEntry,
+    RemoveConsumer,
+    StreamChanged,
+)
 from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
 from jetraft.raft.node import Ticker
@@ -41,13 +49,17 @@ from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
+from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import TICK_S, peer_id
-from jetraft.server.js.clustered.meta_group import MetaGroup
+from jetraft.server.js.clustered.meta_group import MetaGroup, MetaUnavailable
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 
 log = logging.getLogger("jetraft.js.cluster")
 
-INFO_SUBJECT = "$JSC.SI"
+INFO_SUBJECT = "$JSC.SI"  # .<account>.<stream>: the stream leader answers with its info
+CONSUMER_INFO_SUBJECT = "$JSC.CI"  # .<account>.<stream>.<consumer>: the consumer leader's
+RETIRE_SUBJECT = "$JSC.RET"  # .<account>.<stream>: sequences for the stream leader to retire
+CONSUMER_DELETE_SUBJECT = "$JSC.CD"  # .<account>.<stream>.<consumer>: for the meta leader
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
 
@@ -101,7 +113,8 @@ class ClusteredJetStream:
         self.meta = MetaGroup(self, expected_cluster_size(server.config))
         self.streams: dict[tuple[str, str], StreamReplica] = {}
         # Replicas taken out of their group, still voting until the group lets them go.
-        self.leaving: dict[tuple[str, str], StreamReplica] = {}
+        self.leaving: dict[tuple[str, ...], StreamReplica | ConsumerReplica] = {}
+        self.consumers: dict[tuple[str, str, str], ConsumerReplica] = {}
         self.apis: dict[str, ClusterApi] = {}
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
@@ -130,6 +143,9 @@ class ClusteredJetStream:
             self.system_api = SystemApi(self, system)
             self.system_api.start()
         self.internal.subscribe(f"{INFO_SUBJECT}.*.*", self._on_info_request)
+        self.internal.subscribe(f"{CONSUMER_INFO_SUBJECT}.*.*.*", self._on_consumer_info)
+        self.internal.subscribe(f"{RETIRE_SUBJECT}.*.*", self._on_retire)
+        self.internal.subscribe(f"{CONSUMER_DELETE_SUBJECT}.*.*.*", self._on_consumer_delete)
         log.info("JetStream cluster starting (expecting %d servers)", self.meta.expected_size)
 
     async def stop(self) -> None:
@@ -144,11 +160,32 @@ class ClusteredJetStream:
                 await self._change_task
         for task in list(self._tasks):
             task.cancel()
+        for consumer in list(self.consumers.values()):
+            await consumer.stop()
+        self.consumers.clear()
         for replica in [*self.streams.values(), *self.leaving.values()]:
             await replica.stop()
         self.streams.clear()
         self.leaving.clear()
         await self.meta.stop()
+
+    async def hand_over(self, timeout_s: float = 2.0) -> None:
+        """Lame duck mode: move every leadership this server holds to another server."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            groups: list[StreamReplica | ConsumerReplica] = [
+                *self.consumers.values(), *self.streams.values()
+            ]
+            leading = [r for r in groups if r.is_leader]
+            if self.meta.is_leader:
+                with contextlib.suppress(MetaUnavailable):
+                    self.meta.step_down()
+            for replica in leading:
+                with contextlib.suppress(RaftError):
+                    replica.step_down()
+            if not leading and not self.meta.is_leader:
+                return
+            await asyncio.sleep(0.1)
 
     # --- what groups need (GroupHost, MetaHost, ReplicaHost) ---------------------------------
 
@@ -232,7 +269,7 @@ class ClusteredJetStream:
                 if isinstance(change, StreamChanged):
                     await self._stream_changed(change)
                 elif isinstance(change, ConsumerChanged):
-                    pass  # consumers: not yet clustered
+                    await self._consumer_changed(change)
             except Exception:
                 log.exception("JetStream cluster: applying %s failed", change)
 
@@ -249,7 +286,9 @@ class ClusteredJetStream:
             self._spawn(self._leave(replica))
             return
         if replica is None and new is not None and me in new.peers and key in self.leaving:
-            replica = self.streams[key] = self.leaving.pop(key)  # back in before it left
+            back = self.leaving.pop(key)  # back in before it left
+            assert isinstance(back, StreamReplica)
+            replica = self.streams[key] = back
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.streams[key]
@@ -272,9 +311,83 @@ class ClusteredJetStream:
         await replica.start()
         self._serve_direct(replica)
 
-    async def _leave(self, replica: StreamReplica) -> None:
-        log.info("stream %s > %s: this server is no longer a replica", *replica.key)
-        replica.serve_direct(None)
+    async def _consumer_changed(self, change: ConsumerChanged) -> None:
+        me = self.server.name
+        key, new = change.key, change.new
+        replica = self.consumers.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            del self.consumers[key]
+            self.leaving[key] = replica
+            replica.assignment_changed(new)
+            self._spawn(self._leave(replica))
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            back = self.leaving.pop(key)
+            assert isinstance(back, ConsumerReplica)
+            replica = self.consumers[key] = back
+        if new is None or me not in new.peers:
+            if replica is not None:
+                del self.consumers[key]
+                await replica.destroy()
+                stream = self.streams.get(key[:2])
+                if new is None and stream is not None and stream.is_leader:
+                    stream.recheck_retention()  # what only this consumer held may go
+            elif change.old is not None and new is None:
+                await asyncio.to_thread(_remove_dir, self.raft_dir(change.old.group))
+            return
+        if replica is not None:
+            replica.assignment_changed(new)
+            return
+        stream = self.streams.get(key[:2])
+        account = self.account_named(new.account)
+        if stream is None or account is None:
+            log.error("consumer %s > %s > %s: its stream has no replica here", *key)
+            return
+        joining = change.old is not None and me not in change.old.peers
+        replica = ConsumerReplica(self, new, stream, account, joining=joining)
+        self.consumers[key] = replica
+        await replica.start()
+
+    def retire(self, account: str, stream: str, seqs: Sequence[int]) -> None:
+        replica = self.streams.get((account, stream))
+        if replica is not None and replica.is_leader:
+            replica.retire(seqs)
+        else:
+            body = msgspec.msgpack.encode(list(seqs))
+            self.internal.publish(f"{RETIRE_SUBJECT}.{account}.{stream}", body)
+
+    def _on_retire(self, subject: str, reply: str | None, hdr: bytes | None,
+                   data: bytes) -> None:
+        _, _, account, name = subject.split(".", 3)
+        replica = self.streams.get((account, name))
+        if replica is None or not replica.is_leader:
+            return
+        try:
+            seqs = msgspec.msgpack.decode(data, type=list[int])
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return
+        replica.retire(seqs)
+
+    def delete_consumer(self, account: str, stream: str, name: str) -> None:
+        self.internal.publish(f"{CONSUMER_DELETE_SUBJECT}.{account}.{stream}.{name}", b"")
+
+    def _on_consumer_delete(self, subject: str, reply: str | None, hdr: bytes | None,
+                            data: bytes) -> None:
+        if not self.meta.is_leader:
+            return
+        _, _, account, stream, name = subject.split(".", 4)
+        if (account, stream, name) in self.meta.state.consumers:
+            log.info("deleting inactive consumer %s > %s > %s", account, stream, name)
+            self._spawn(self._propose_quietly(RemoveConsumer(account, stream, name)))
+
+    async def _propose_quietly(self, entry: MetaEntry) -> None:
+        with contextlib.suppress(MetaUnavailable):
+            await self.meta.propose(entry)
+
+    async def _leave(self, replica: StreamReplica | ConsumerReplica) -> None:
+        log.info("%s: this server is no longer a replica", " > ".join(replica.key))
+        if isinstance(replica, StreamReplica):
+            replica.serve_direct(None)
         deadline = time.monotonic() + LEAVE_TIMEOUT_S
         while time.monotonic() < deadline and not replica.closed:
             if self.leaving.get(replica.key) is not replica:
@@ -313,6 +426,33 @@ class ClusteredJetStream:
             return
         self.internal.publish(reply, encode_json(api.stream_info(replica)))
 
+    def _on_consumer_info(self, subject: str, reply: str | None, hdr: bytes | None,
+                          data: bytes) -> None:
+        if not reply:
+            return
+        _, _, account, stream, name = subject.split(".", 4)
+        replica = self.consumers.get((account, stream, name))
+        if replica is None or not replica.is_leader:
+            return
+        info = replica.initial_info if data == b"initial" else None
+        with contextlib.suppress(RaftError):
+            self.internal.publish(reply, encode_json(info or replica.info()))
+
+    async def fetch_consumer_info(self, account: str, stream: str, name: str,
+                                  timeout_s: float = 1.0, *,
+                                  initial: bool = False) -> dict[str, Any] | None:
+        """The consumer's info from its leader; ``initial``: as it was when it started,
+        before its first delivery (the answer to a create)."""
+        replica = self.consumers.get((account, stream, name))
+        if replica is not None and replica.is_leader:
+            if initial and replica.initial_info is not None:
+                return replica.initial_info
+            with contextlib.suppress(RaftError):
+                return replica.info()
+        subject = f"{CONSUMER_INFO_SUBJECT}.{account}.{stream}.{name}"
+        body = b"initial" if initial else b""
+        return _json_dict(await self.internal.request(subject, body, timeout_s))
+
     async def fetch_stream_info(self, account: str, name: str,
                                 timeout_s: float = 1.0) -> dict[str, Any] | None:
         """The stream's info from its leader (None when no leader answered in time)."""
@@ -321,13 +461,7 @@ class ClusteredJetStream:
         if replica is not None and replica.is_leader and api is not None:
             return api.stream_info(replica)
         got = await self.internal.request(f"{INFO_SUBJECT}.{account}.{name}", b"", timeout_s)
-        if got is None:
-            return None
-        try:
-            info = json.loads(got[1])
-        except ValueError:
-            return None
-        return info if isinstance(info, dict) else None
+        return _json_dict(got)
 
     def account_details(self, streams: bool) -> list[dict[str, Any]]:
         """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""
@@ -368,6 +502,16 @@ class ClusteredJetStream:
             st = node.status()
             out["pending"] = max(st.last_index - st.applied, 0)
         return out
+
+
+def _json_dict(got: tuple[bytes | None, bytes] | None) -> dict[str, Any] | None:
+    if got is None:
+        return None
+    try:
+        value = json.loads(got[1])
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _remove_dir(path: Path | None) -> None:

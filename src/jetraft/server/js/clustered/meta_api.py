@@ -14,10 +14,28 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from jetraft.jetstream import consumer_api, stream_api
 from jetraft.jetstream import errors as E
-from jetraft.jetstream import stream_api
 from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, Route
-from jetraft.jetstream.meta import AssignStream, RemoveStream, StreamAssignment
+from jetraft.jetstream.consumer_api import plan_create
+from jetraft.jetstream.consumer_config import (
+    ConsumerConfig,
+    StreamFacts,
+    config_to_wire,
+    format_rfc3339_ns,
+    stream_facts,
+)
+from jetraft.jetstream.meta import (
+    AssignConsumer,
+    AssignStream,
+    ConsumerAssignment,
+    MetaEntry,
+    RemoveConsumer,
+    RemoveStream,
+    StreamAssignment,
+)
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.placement import PlacementError, group_name, select_peers
 from jetraft.jetstream.stream_config import StreamConfig, check_update, to_wire
@@ -61,6 +79,14 @@ def handle(api: ClusterApi, route: Route, subject: str, data: bytes) -> Coroutin
         "STREAM.NAMES": _names,
         "STREAM.LIST": _list,
         "STREAM.PEER.REMOVE.*": _peer_remove,
+        "CONSUMER.CREATE.*": _consumer_create,
+        "CONSUMER.CREATE.*.>": _consumer_create,
+        "CONSUMER.DURABLE.CREATE.*": _consumer_create,
+        "CONSUMER.DURABLE.CREATE.*.>": _consumer_create,
+        "CONSUMER.DELETE.*.*": _consumer_delete,
+        "CONSUMER.NAMES.*": _consumer_names,
+        "CONSUMER.LIST.*": _consumer_list,
+        "CONSUMER.PAUSE.*.*": _consumer_pause,
     }
     return handlers[route.pattern](api, subject, data)
 
@@ -147,7 +173,7 @@ def _place(api: ClusterApi, cfg: StreamConfig, existing: tuple[str, ...] = (),
         raise E.api_error(10005, err=exc.text) from None
 
 
-async def _propose(api: ClusterApi, entry: AssignStream | RemoveStream) -> None:
+async def _propose(api: ClusterApi, entry: MetaEntry) -> None:
     try:
         await api.js.meta.propose(entry)
     except MetaUnavailable as exc:
@@ -161,7 +187,7 @@ async def _leader_info(api: ClusterApi, sa: StreamAssignment) -> dict[str, Any]:
     deadline = time.monotonic() + LEADER_WAIT_S
     want = to_wire(sa.config)
     while time.monotonic() < deadline:
-        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.5)
+        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.1)
         if info is not None and info.get("config") == want:
             return info
         await asyncio.sleep(0.05)
@@ -267,6 +293,144 @@ async def _list(api: ClusterApi, subject: str, data: bytes) -> Any:
     return out
 
 
+# --- consumers --------------------------------------------------------------------------------
+
+
+def _consumer_configs(api: ClusterApi, stream: str) -> dict[str, ConsumerConfig]:
+    return {
+        ca.name: ca.config
+        for ca in api.js.meta.state.stream_consumers(api.account.name, stream)
+    }
+
+
+def _consumer_peers(api: ClusterApi, sa: StreamAssignment, replicas: int) -> tuple[str, ...]:
+    """A consumer lives on servers of its stream: all of them, or for fewer replicas the
+    stream's leader first (delivery then reads a local, current copy)."""
+    replica = api.js.streams.get((sa.account, sa.name))
+    leader = replica.leader if replica is not None else ""
+    ordered = ([leader] if leader in sa.peers else []) + [p for p in sa.peers if p != leader]
+    if replicas <= 0:
+        return tuple(ordered)
+    return tuple(ordered[:replicas])
+
+
+async def _consumer_info_after(
+    api: ClusterApi, ca: ConsumerAssignment, initial: bool = False
+) -> dict[str, Any]:
+    """The consumer's info from its leader once it reports ``ca``'s config (``initial``:
+    a new consumer, as it was before its first delivery)."""
+    js = api.js
+    want = config_to_wire(ca.config)
+    deadline = time.monotonic() + LEADER_WAIT_S
+    while time.monotonic() < deadline:
+        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.1,
+                                            initial=initial)
+        if info is not None and info.get("config") == want:
+            return info
+        await asyncio.sleep(0.05)
+    raise E.api_error(10008)
+
+
+async def _consumer_create(api: ClusterApi, subject: str, data: bytes) -> Any:
+    kind = "consumer_create_response"
+    js = api.js
+    acc = api.account.name
+    account = api.account
+
+    def stream_of(name: str) -> tuple[StreamFacts, dict[str, ConsumerConfig]] | None:
+        sa = js.meta.state.streams.get((acc, name))
+        if sa is None:
+            return None
+        return stream_facts(sa.config), _consumer_configs(api, name)
+
+    def bound(name: str) -> bool:
+        ca = next((c for c in js.meta.state.consumers.values()
+                   if c.account == acc and c.name == name), None)
+        subject = ca.config.deliver_subject if ca is not None else ""
+        return bool(subject) and account.sublist.has_interest(subject)
+
+    plan = plan_create(subject, data, stream_of, bound, clustered=True)
+    sa = js.meta.state.streams[(acc, plan.stream)]
+    old = js.meta.state.consumers.get((acc, plan.stream, plan.name))
+    if old is not None:
+        ca = old
+        if plan.cfg != old.config:
+            ca = ConsumerAssignment(acc, plan.stream, plan.name, plan.cfg, old.group,
+                                    old.peers, old.created_ns)
+            await _propose(api, AssignConsumer(ca))
+        return {"type": _t(kind), **await _consumer_info_after(api, ca)}
+    replicas = plan.cfg.num_replicas or sa.config.num_replicas
+    if plan.cfg.mem_storage and not plan.cfg.num_replicas and not plan.cfg.durable_name:
+        replicas = 1
+    peers = _consumer_peers(api, sa, replicas)
+    group = group_name("C", len(peers), "memory" if plan.cfg.mem_storage else "file", js.rng)
+    ca = ConsumerAssignment(acc, plan.stream, plan.name, plan.cfg, group, peers, time.time_ns())
+    await _propose(api, AssignConsumer(ca))
+    return {"type": _t(kind), **await _consumer_info_after(api, ca, initial=True)}
+
+
+def _consumer_key(api: ClusterApi, subject: str) -> tuple[str, str, str]:
+    toks = subject.split(".")
+    key = (api.account.name, toks[-2], toks[-1])
+    state = api.js.meta.state
+    if key[:2] not in state.streams:
+        raise E.stream_not_found()
+    if key not in state.consumers:
+        raise E.api_error(10014)
+    return key
+
+
+async def _consumer_delete(api: ClusterApi, subject: str, data: bytes) -> Any:
+    acc, stream, name = _consumer_key(api, subject)
+    await _propose(api, RemoveConsumer(acc, stream, name))
+    return {"type": _t("consumer_delete_response"), "success": True}
+
+
+def _consumer_page(api: ClusterApi, subject: str, data: bytes, limit: int
+                   ) -> tuple[list[str], int, int]:
+    stream = subject.split(".")[4] if subject.count(".") >= 4 else ""
+    if (api.account.name, stream) not in api.js.meta.state.streams:
+        raise E.stream_not_found()
+    names = sorted(_consumer_configs(api, stream))
+    offset = min(consumer_api.page_offset(data), len(names))
+    return names[offset : offset + limit], len(names), offset
+
+
+async def _consumer_names(api: ClusterApi, subject: str, data: bytes) -> Any:
+    limit = consumer_api.NAMES_LIMIT
+    page, total, offset = _consumer_page(api, subject, data, limit)
+    return {"type": _t("consumer_names_response"), "total": total, "offset": offset,
+            "limit": limit, "consumers": page}
+
+
+async def _consumer_list(api: ClusterApi, subject: str, data: bytes) -> Any:
+    limit = consumer_api.LIST_LIMIT
+    page, total, offset = _consumer_page(api, subject, data, limit)
+    stream = subject.split(".")[4]
+    acc = api.account.name
+    infos = await asyncio.gather(*(api.js.fetch_consumer_info(acc, stream, n, 2.0) for n in page))
+    out: dict[str, Any] = {"type": _t("consumer_list_response"), "total": total,
+                           "offset": offset, "limit": limit,
+                           "consumers": [i for i in infos if i is not None]}
+    missing = [n for n, i in zip(page, infos, strict=True) if i is None]
+    if missing:
+        out["missing"] = missing
+    return out
+
+
+async def _consumer_pause(api: ClusterApi, subject: str, data: bytes) -> Any:
+    key = _consumer_key(api, subject)
+    ca = api.js.meta.state.consumers[key]
+    until_ns = consumer_api.pause_until_from(data)
+    until = format_rfc3339_ns(until_ns) if until_ns > 0 else None
+    cfg = msgspec.structs.replace(ca.config, pause_until=until)
+    if cfg != ca.config:
+        new = ConsumerAssignment(ca.account, ca.stream, ca.name, cfg, ca.group, ca.peers,
+                                 ca.created_ns)
+        await _propose(api, AssignConsumer(new))
+    return consumer_api.pause_response(until_ns, time.time_ns())
+
+
 # --- peers -----------------------------------------------------------------------------------
 
 
@@ -296,7 +460,31 @@ async def _peer_remove(api: ClusterApi, subject: str, data: bytes) -> Any:
         peers = list(rest)  # no replacement: fewer replicas rather than none removed
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
     await _propose(api, AssignStream(new))
+    try:
+        await _move_consumers(api.js, sa, new, chosen)
+    except MetaUnavailable as exc:
+        raise _meta_failed(exc) from None
     return {"type": _t(kind), "success": True}
+
+
+async def _move_consumers(
+    js: ClusteredJetStream, old: StreamAssignment, new: StreamAssignment, gone: str
+) -> None:
+    """The stream's consumers follow it: each replica on ``gone`` moves to the server
+    that replaced it in the stream (or is dropped when there is none)."""
+    added = [p for p in new.peers if p not in old.peers]
+    for ca in js.meta.state.stream_consumers(old.account, old.name):
+        if gone not in ca.peers:
+            continue
+        peers = [p for p in ca.peers if p != gone]
+        spare = [p for p in added if p not in peers]
+        if spare:
+            peers.append(spare[0])
+        if not peers:
+            continue
+        moved = ConsumerAssignment(ca.account, ca.stream, ca.name, ca.config, ca.group,
+                                   tuple(peers), ca.created_ns)
+        await js.meta.propose(AssignConsumer(moved))
 
 
 async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
@@ -332,6 +520,7 @@ async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
                 continue
             new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
             await js.meta.propose(AssignStream(new))
+            await _move_consumers(js, sa, new, target)
     except MetaUnavailable:
         return E.error_body(_t(kind), E.api_error(10008))
     return {"type": _t(kind), "success": True}

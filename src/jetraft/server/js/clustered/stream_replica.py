@@ -24,7 +24,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -39,6 +39,7 @@ from jetraft.jetstream.stream import (
     OpResult,
     PubAck,
     Result,
+    Retire,
     StoreMsg,
     Stream,
     UpdateConfig,
@@ -98,6 +99,7 @@ class StreamReplica:
         self._expire_timer: asyncio.TimerHandle | None = None
         self._expire_due_ns = 0
         self._reconcile_task: asyncio.Task[None] | None = None
+        self._to_retire: set[int] = set()
         self.apply_listeners: list[Callable[[StreamEntry, Result], None]] = []
 
     @property
@@ -181,6 +183,7 @@ class StreamReplica:
             self._subscribe()
             self._arm_expiry()
             self.reconcile()
+            self.recheck_retention()  # what a previous leader may not have retired
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
         self.host.stream_leader_changed(self)
@@ -247,6 +250,44 @@ class StreamReplica:
         if isinstance(result, PubAck):
             self.client.publish(reply, result.body())
 
+    # --- retention ---------------------------------------------------------------------------
+
+    def retire(self, seqs: Sequence[int]) -> None:
+        """Leader: consumers no longer need ``seqs``; once per loop turn, those no consumer
+        needs (interest, workqueue) go in one Retire entry."""
+        if not self._leading or self.stream.config.retention == "limits":
+            return
+        if not self._to_retire:
+            asyncio.get_running_loop().call_soon(self._flush_retire)
+        self._to_retire.update(seqs)
+
+    def _flush_retire(self) -> None:
+        seqs, self._to_retire = sorted(self._to_retire), set()
+        if not self._leading or self.closed:
+            return
+        gone = self.stream.unneeded(seqs)
+        if gone:
+            try:
+                self.propose(Retire(gone))
+            except RaftError:
+                return
+
+    def recheck_retention(self) -> None:
+        """Leader: look at every stored message (a consumer went away, or leadership
+        moved here and the old leader may have missed some)."""
+        if not self._leading or self.stream.config.retention == "limits":
+            return
+        store = self.stream.store
+        seqs = []
+        seq = store.bounds()[0]
+        while seq:
+            msg = store.load_next(seq)
+            if msg is None:
+                break
+            seqs.append(msg.seq)
+            seq = msg.seq + 1
+        self.retire(seqs)
+
     # --- expiry ------------------------------------------------------------------------------
 
     def _arm_expiry(self) -> None:
@@ -299,29 +340,7 @@ class StreamReplica:
                 log.debug("stream %s: config update: %s", self.name, exc)
                 return False
             return True
-        want = set(sa.peers)
-        m = node.core.membership
-        have = set(m.voters) | set(m.learners)
-        try:
-            for peer in sorted(want - have):
-                log.info("stream %s: adding replica %s", self.name, peer)
-                await node.add_member(peer, timeout_s=30.0)
-                return True
-            for peer in sorted(have - want):
-                me = self.host.server_name
-                if peer == me:
-                    target = next((p for p in sorted(want) if p in m.voters), None)
-                    if target is not None:
-                        node.transfer_leadership(target)
-                    return False  # the new leader removes us
-                log.info("stream %s: removing replica %s", self.name, peer)
-                await asyncio.wait_for(node.remove_member(peer), PROPOSE_TIMEOUT_S)
-                return True
-        except (RaftError, ValueError, TimeoutError) as exc:
-            log.debug("stream %s: membership change: %s", self.name, exc)
-            await asyncio.sleep(0.2)
-            return True
-        return False
+        return await self.group.reconcile_members(sa.peers)
 
     def step_down(self, preferred: str | None = None) -> str:
         node = self.group.node
