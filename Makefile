@@ -3,9 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+CLUSTER ?= examples/cluster/n1.conf examples/cluster/n2.conf examples/cluster/n3.conf
 CONFIG ?= examples/single.conf
 
-.PHONY: run test lint bench clean
+.PHONY: run run-single test lint bench clean
 
 $(STAMP): pyproject.toml
 	test -d $(VENV) || $(PY) -m venv $(VENV)
@@ -14,6 +15,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
+	exec $(BIN)/python -m jetraft.server.local_cluster $(CLUSTER)
+
+run-single: $(STAMP)
 	exec $(BIN)/jetraft server -c $(CONFIG)
 
 test: $(STAMP)

@@ -4,7 +4,8 @@
 
 1. Idle groups (first, so that their memory is measured on a fresh process): G groups
    of 3 replicas each (3G RaftNodes) in this process, elected and then idle: CPU used
-   (% of one core) and resident memory.
+   (% of one core) and resident memory; once with a timer per node, once with one
+   shared Ticker for all of them (what a server hosting many groups uses).
 2. Throughput: 3 RaftNodes (one group) over InMemoryHub, each with its own Wal on OsDisk
    (fsync for real). A client keeps a window of proposals in flight on the leader; we
    count entries committed and applied on the leader per second, for 128 B and 1 KiB
@@ -26,7 +27,7 @@ import time
 
 from benchmarks.common import machine_summary
 from jetraft.raft.disk import OsDisk
-from jetraft.raft.node import Applied, RaftNode
+from jetraft.raft.node import Applied, RaftNode, Ticker
 from jetraft.raft.ready import RaftConfig
 from jetraft.raft.transport import InMemoryHub
 from jetraft.raft.types import Entry
@@ -51,7 +52,8 @@ class CountingSM:
 
 
 async def start_group(
-    hub: InMemoryHub, base: str, name: str, cfg: RaftConfig, tick_s: float
+    hub: InMemoryHub, base: str, name: str, cfg: RaftConfig, tick_s: float,
+    ticker: Ticker | None = None,
 ) -> list[RaftNode]:
     ids = [f"{name}-{i}" for i in range(3)]
     nodes = []
@@ -59,7 +61,7 @@ async def start_group(
         wal, rec = Wal.open(OsDisk(), os.path.join(base, nid))
         node = RaftNode(nid, ids, cfg, wal, hub.endpoint(nid), CountingSM(), tick_s,
                         random.Random(nid), recovered=rec, snapshot_entries=200_000,
-                        keep_entries=10_000)
+                        keep_entries=10_000, ticker=ticker)
         hub.register(nid, node.receive)
         await node.start()
         nodes.append(node)
@@ -125,11 +127,15 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-async def idle_groups(base: str, groups: int, idle_s: float, tick_s: float) -> dict[str, float]:
+async def idle_groups(
+    base: str, groups: int, idle_s: float, tick_s: float, shared: bool
+) -> dict[str, float]:
     rss0 = rss_mb()
     hub = InMemoryHub()
     cfg = RaftConfig(election_ticks=10, heartbeat_ticks=2)
-    all_groups = [await start_group(hub, base, f"g{g}", cfg, tick_s) for g in range(groups)]
+    ticker = Ticker(tick_s) if shared else None
+    all_groups = [await start_group(hub, base, f"g{g}", cfg, tick_s, ticker)
+                  for g in range(groups)]
     for nodes in all_groups:
         lead = await leader_of(nodes, 60.0)
         await lead.propose(b"hello")
@@ -152,14 +158,17 @@ async def main_async(args: argparse.Namespace) -> None:
     try:
         print(machine_summary())
         print(f"WAL directory: {base}")
-        r = await idle_groups(os.path.join(base, "idle"), args.groups, args.idle_s, args.tick_s)
-        print(
-            f"idle: {args.groups} groups x 3 replicas ({int(r['leaders'])} leaders), "
-            f"tick {args.tick_s * 1000:.0f} ms, heartbeat every 2 ticks: "
-            f"CPU {r['cpu_pct']:.1f}% of one core, RSS {r['rss_mb']:.0f} MB "
-            f"(+{r['rss_delta_mb']:.0f} MB for the groups), "
-            f"{r['messages_per_s']:,.0f} messages/s"
-        )
+        for shared in (False, True):
+            sub = os.path.join(base, "idle-shared" if shared else "idle")
+            r = await idle_groups(sub, args.groups, args.idle_s, args.tick_s, shared)
+            timers = "one shared Ticker" if shared else "a timer per node"
+            print(
+                f"idle, {timers}: {args.groups} groups x 3 replicas "
+                f"({int(r['leaders'])} leaders), tick {args.tick_s * 1000:.0f} ms, heartbeat "
+                f"every 2 ticks: CPU {r['cpu_pct']:.1f}% of one core, RSS {r['rss_mb']:.0f} MB "
+                f"(+{r['rss_delta_mb']:.0f} MB for the groups), "
+                f"{r['messages_per_s']:,.0f} messages/s"
+            )
         for size in (128, 1024):
             sub = os.path.join(base, f"tp-{size}")
             r = await throughput(sub, args.entries, size, args.window)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
@@ -20,11 +20,11 @@ from jetraft.raft import driver, replication
 from jetraft.raft.core import RaftCore
 from jetraft.raft.log import RaftLog
 from jetraft.raft.membership import quorum
-from jetraft.raft.messages import AppendResponse, InstallSnapshot, Message
+from jetraft.raft.messages import InstallSnapshot, Message
 from jetraft.raft.progress import Progress
 from jetraft.raft.ready import Ready
 from jetraft.raft.sim import SimConfig, run_seed
-from jetraft.raft.types import Snapshot
+from jetraft.raft.types import SnapshotMeta
 
 
 def commit_any_term(core: RaftCore) -> bool:
@@ -66,15 +66,12 @@ def send_before_persist(
     return list(rd.messages), []
 
 
-def install_stale_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
-    """Snapshot installation that does not check the snapshot against what is committed:
-    an older snapshot replaces a log that is further ahead."""
-    log = core.log
-    if not m.done or m.offset or m.meta.index <= log.offset:
-        return _real_handle_snapshot(core, m)
-    log.restore(Snapshot(m.meta, m.data))
-    core.verified = m.meta.index
-    core.msgs.append(AppendResponse(core.term, core.id, m.frm, m.meta.index))
+def install_with_leader_term(core: RaftCore, m: InstallSnapshot) -> None:
+    """Snapshot installation that takes the leader's current term as the term of the
+    snapshot's last entry (instead of the term that entry has): the follower's log then
+    claims an entry it does not hold, for the log matching check and for elections."""
+    meta = SnapshotMeta(m.meta.index, m.term, m.meta.membership)
+    _real_handle_snapshot(core, replace(m, meta=meta))
 
 
 _real_handle_snapshot = replication.handle_snapshot
@@ -107,8 +104,8 @@ MUTATIONS = [
     Mutation("heartbeat_full_commit", "follower commit bound",
              _set(replication, "heartbeat_commit", heartbeat_full_commit), 60),
     Mutation("send_before_persist", "persist before send", _persist, 10),
-    Mutation("install_stale_snapshot", "snapshot installation",
-             _set(replication, "handle_snapshot", install_stale_snapshot), 60),
+    Mutation("install_with_leader_term", "snapshot installation",
+             _set(replication, "handle_snapshot", install_with_leader_term), 60),
 ]
 
 

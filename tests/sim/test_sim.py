@@ -1,6 +1,8 @@
 """The seeded simulator: 200 seeds of 3 nodes and 100 of 5, run in-process in chunks.
 
-A failing seed is reported with the command that replays it exactly.
+The seeds take turns among the replicated state machines (running hash, self-durable
+hash, JetStream stream: see jetraft.sim). A failing seed is reported with the command
+that replays it exactly.
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ import pytest
 from jetraft.raft.log import RaftLog
 from jetraft.raft.sim import SimConfig, run_seed
 from jetraft.raft.sim.__main__ import main
+from jetraft.sim import machine_of, run_seed_any, stream_sm
+from jetraft.sim.__main__ import main as sim_main
 
 CHUNK = 25
 CAMPAIGNS = [(3, start) for start in range(0, 200, CHUNK)] + [
@@ -20,10 +24,9 @@ CAMPAIGNS = [(3, start) for start in range(0, 200, CHUNK)] + [
 @pytest.mark.parametrize(("nodes", "start"), CAMPAIGNS,
                          ids=[f"{n}nodes-{s}" for n, s in CAMPAIGNS])
 def test_seeds(nodes: int, start: int) -> None:
-    cfg = SimConfig(nodes=nodes)
     failures = []
     for seed in range(start, start + CHUNK):
-        res = run_seed(seed, cfg)
+        res = run_seed_any((seed, nodes, machine_of(seed, "mixed")))
         if not res.ok:
             failures.append(f"seed {seed}: {res.error}\n  replay: {res.replay_command()}")
     assert not failures, "\n".join(failures)
@@ -47,6 +50,38 @@ REGRESSIONS = [
 def test_regression_seeds(seed: int, nodes: int) -> None:
     res = run_seed(seed, SimConfig(nodes=nodes))
     assert res.ok, f"{res.error}\n  replay: {res.replay_command()}"
+
+
+def test_every_state_machine_runs_in_ci() -> None:
+    machines = {machine_of(seed, "mixed") for n, start in CAMPAIGNS
+                for seed in range(start, start + CHUNK)}
+    assert machines == {"hash", "durable", "stream"}
+
+
+def test_stream_replicas_are_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stream snapshot that forgets its dedupe window makes replicas answer a duplicate
+    differently: the checker sees the streams differ."""
+    real = stream_sm.StreamStateMachine.restore
+
+    def forgetful(self: stream_sm.StreamStateMachine, data: bytes) -> None:
+        real(self, data)
+        self.stream._dedupe.clear()
+
+    monkeypatch.setattr(stream_sm.StreamStateMachine, "restore", forgetful)
+    errors = [run_seed_any((s, 3, "stream")).error for s in range(20)]
+    assert any("state machine differs" in e for e in errors), errors
+
+
+def test_durable_state_machine_compacts_under_markers() -> None:
+    res = run_seed_any((4, 3, "durable"))
+    assert res.ok and res.stats["snapshots"] > 0, res
+
+
+def test_jetstream_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sim_main(["--seeds", "3", "--start", "2"]) == 0
+    assert "seeds: 3 passed, 0 failed" in capsys.readouterr().out
+    assert sim_main(["--seed", "2", "--sm", "stream"]) == 0
+    assert "seed 2 nodes=3 sm=stream: ok" in capsys.readouterr().out
 
 
 def test_a_seed_replays_exactly() -> None:
@@ -86,7 +121,7 @@ def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert "seeds: 2 passed, 0 failed" in out
     assert main(["--seed", "3", "--trace"]) == 0
     out = capsys.readouterr().out
-    assert "--- liveness phase" in out and "seed 3 nodes=3: ok" in out
+    assert "--- liveness phase" in out and "seed 3 nodes=3 sm=hash: ok" in out
 
 
 def test_command_line_reports_failures(

@@ -533,7 +533,14 @@ class RaftCore:
 
     def compact(self, snapshot: Snapshot, compact_to: int) -> None:
         """`snapshot` is durable: keep it for lagging followers and drop the entries up
-        to compact_to (entries after it stay, so followers a little behind need none)."""
+        to compact_to (entries after it stay, so followers a little behind need none).
+        A leader keeps the entries after any snapshot it is still sending: the follower
+        continues from there, and a transfer slower than our compactions would otherwise
+        need another snapshot each time it ends."""
+        live = self.ticks - 2 * self.cfg.election_ticks  # not for a follower gone quiet
+        for pr in self.prs.values():
+            if pr.state is ProgressState.SNAPSHOT and pr.last_heard_tick >= live:
+                compact_to = min(compact_to, pr.pending_snapshot)
         self.log.compact(snapshot, compact_to)
         if self._send_snap is not None and self._send_snap.meta.index < self.log.offset:
             self._send_snap = None

@@ -144,7 +144,9 @@ class Driver:
         self._on_done = on_done
         self.snapshot_entries = snapshot_entries
         self.keep_entries = keep_entries
-        self.durable_sm = isinstance(state_machine, DurableStateMachine)
+        # (Checked once: isinstance against a runtime protocol is slow.)
+        self._durable = state_machine if isinstance(state_machine, DurableStateMachine) else None
+        self.durable_sm = self._durable is not None
         if recovered is None:
             self.core = RaftCore(
                 node_id, core_config, rng, peers=peers, learners=learners,
@@ -164,7 +166,19 @@ class Driver:
         self._durable_term = hs.term if hs else 0
         self._durable_vote = hs.vote if hs else ""
         self._durable_last = self.core.log.last_index
-        self._sm_index = self.core.log.applied  # index of the state machine's state
+        # Index of the state machine's state. A self-durable one may hold more than the
+        # log says is applied (it skips those entries when they are replayed).
+        self._sm_index = self.core.log.applied
+        if isinstance(state_machine, DurableStateMachine):
+            held = state_machine.durable_index()
+            self._sm_index = max(self._sm_index, held)
+            log = self.core.log
+            if not self.core.corrupt and log.committed < held <= log.last_index:
+                # It applied them in an earlier life, so they were committed; the commit
+                # index we stored may lag (it is written with later Readys). Without this
+                # a leader could not offer its state to a follower until it committed
+                # again, and with followers that need a snapshot it never would.
+                log.commit_to(held)
         self._inbox: list[Message] = []
         self._ticks_due = 0
         self._queued: list[tuple[Item, object]] = []  # proposals not yet in the log
@@ -384,7 +398,7 @@ class Driver:
             result = self.sm.apply(e)
         elif e.kind is EntryKind.CONFIG:
             self._check_membership(decode_membership(e.data))
-        self._sm_index = e.index
+        self._sm_index = max(self._sm_index, e.index)
         p = self._pending.pop(e.index, None) if self._pending else None
         if p is None:
             return
@@ -446,9 +460,8 @@ class Driver:
         core = self.core
         snap = core.log.snapshot
         base = snap.meta.index if snap is not None else 0
-        if self.durable_sm:
-            assert isinstance(self.sm, DurableStateMachine)
-            upto = min(self.sm.durable_index(), core.applied)
+        if self._durable is not None:
+            upto = min(self._durable.durable_index(), core.applied)
             if upto - base < self.snapshot_entries or upto < core.log.offset:
                 return
             new = core.create_snapshot(upto, b"", external=True)

@@ -6,8 +6,11 @@ Files in the group's directory:
   truncation markers share them (formats in ``wal_format``), so the common Ready -- new
   entries plus a new hard state -- becomes durable with ONE write and ONE fsync. A separate
   hard-state file would cost a second fsync (and a rename plus a directory fsync) per sync.
-  The hard state goes after the entries of its batch: a torn write can keep entries without
-  the hard state, never a commit index or vote with entries that were lost under it.
+  The hard state goes after the entries of its batch, twice: a torn write can keep entries
+  without the hard state, never a commit index or vote with entries that were lost under
+  it; and the newest record is always a copy of the hard state, so when it is found bad
+  (torn, or damaged after it was durable: the two look alike) nothing is lost with it.
+  Damage to any other record has valid records after it and is reported as corruption.
 * ``snap-<index>.snap``: the latest snapshot, checksummed, written atomically.
 * ``CORRUPT``: present once corruption was found, with its description; every later open
   reports it again until ``clear_corruption()``, so a restart cannot forget that this
@@ -163,10 +166,11 @@ class Wal:
             assert self._active is not None and seg is self._segments[-1]
             self._active.truncate(size)
         if self._active is not None:
-            if self._active.tell() == 0:
-                # Created, then the process died before its first write: every segment must
-                # begin with the hard state, or compacting older segments would lose it.
-                self._active.write(encode_hard_state(self._hs))
+            # A segment created by a process that died before its first write must begin
+            # with the hard state (compacting older segments would lose it); and the log
+            # must end with its two copies again after a torn tail was cut (see sync).
+            hs = encode_hard_state(self._hs)
+            self._active.write(hs + hs)
             # What we just read may sit only in the page cache (the previous process died
             # between write and fsync, or between a rename and its directory fsync): make it
             # durable before anyone acts on it. Earlier segments were synced before the next
@@ -199,7 +203,8 @@ class Wal:
         self._next_seq += 1
         f = self._disk.open_append(self._path(seg.name))
         self._active = f
-        f.write(good + encode_hard_state(self._hs))
+        hs = encode_hard_state(self._hs)
+        f.write(good + hs + hs)
         f.sync()
         self._disk.sync_dir(self._dir)
         seg.size = f.tell()
@@ -277,8 +282,12 @@ class Wal:
                 # segments never loses it; the new one (if any) follows the entries below.
                 self._parts.insert(0, encode_hard_state(self._hs_written))
             assert f is not None
-            if hs_changed:
-                self._parts.append(encode_hard_state(self._hs))
+            # Every batch ends with the hard state, twice: the newest record of the log
+            # is then always a copy of it, so a bad newest record (a torn write, or a
+            # durable one damaged later) loses neither an entry nor the vote.
+            hs = encode_hard_state(self._hs)
+            self._parts.append(hs)
+            self._parts.append(hs)
             f.write(b"".join(self._parts))
             f.sync()
             if rotated:

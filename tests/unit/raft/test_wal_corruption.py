@@ -27,14 +27,18 @@ def test_torn_tail_is_cut_silently(env: Env) -> None:
     wal.sync()
     wal.close()
     (seg,) = env.segments()
-    good_size = env.disk.size(env.path(seg))
+    good = env.disk.read(env.path(seg))
+    hs = encode_hard_state(HardState(1, "a", 8))
     half_record = encode_entry(ents(11, 11)[0])[:30]
     for tail in (half_record, b"\x00" * 100, encode_entry(ents(11, 11)[0])[:-1]):
         env.append_raw(seg, tail)
         wal, rec = env.open()
         assert rec.corrupt is None
         assert rec.entries == ents(1, 10) and rec.hard_state == HardState(1, "a", 8)
-        assert env.disk.size(env.path(seg)) == good_size
+        # The torn bytes are gone; the open ended the log with the hard state again.
+        data = env.disk.read(env.path(seg))
+        rest = data[len(good):]
+        assert data.startswith(good) and rest and rest == hs * (len(rest) // len(hs))
         wal.close()
     wal, _ = env.open()
     wal.append(ents(11, 12))
@@ -212,3 +216,38 @@ def test_any_flipped_byte_is_reported_or_only_costs_the_last_record() -> None:
             assert name == segs[-1]
             assert len(rec.entries) == 60 and rec.hard_state in hard_states[-2:]
     assert reported_none < 30  # almost every flip is reported
+
+
+def test_damage_to_the_newest_record_loses_nothing() -> None:
+    """The newest record is always a copy of the hard state (each batch ends with two):
+    a byte flipped in it after it was durable looks like a torn write and is cut, and
+    neither an acknowledged entry nor the vote goes with it."""
+    for batch in ("entries", "vote"):
+        disk = MemDisk()
+        wal, _ = Wal.open(disk, "/g")
+        wal.append(ents(1, 5))
+        wal.set_hard_state(HardState(1, "a", 3))
+        wal.sync()
+        if batch == "entries":
+            wal.append(ents(6, 8))  # the hard state does not change in this batch
+        else:
+            wal.set_hard_state(HardState(2, "b", 3))  # a new vote, nothing else
+        wal.sync()
+        wal.close()
+        (seg,) = [n for n in disk.list("/g") if n.startswith("seg-")]
+        size = disk.size(f"/g/{seg}")
+        hs_len = len(encode_hard_state(HardState(2, "b", 3)))
+        for offset in range(size - hs_len, size):
+            copy = MemDisk()
+            copy.makedirs("/g")
+            f = copy.open_append(f"/g/{seg}")
+            f.write(disk.read(f"/g/{seg}"))
+            f.sync()
+            copy.sync_dir("/g")
+            copy.corrupt(f"/g/{seg}", offset)
+            _wal, rec = Wal.open(copy, "/g")
+            assert rec.corrupt is None, (batch, offset)
+            if batch == "entries":
+                assert rec.entries == ents(1, 8) and rec.hard_state == HardState(1, "a", 3)
+            else:
+                assert rec.entries == ents(1, 5) and rec.hard_state == HardState(2, "b", 3)

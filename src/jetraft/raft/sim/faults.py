@@ -84,6 +84,7 @@ class Faults:
         # Disks damaged and not yet repaired: node id -> its incarnation when damaged (a
         # replica repairs only after a restart has found the damage).
         self.damaged: dict[str, int] = {}
+        self._newest: tuple[str, int] | None = None  # (segment, start of its last record)
 
     def strike(self) -> None:
         w, r, rates = self.w, self.w.rng, self.w.rates
@@ -187,24 +188,34 @@ class Faults:
         return len(self.damaged) + 1 <= (voters - 1) // 2
 
     def corrupt(self, disk: MemDisk, nid: str) -> None:
-        """Flip a byte of a durable record that is not the last one of the log (a bad last
-        record is indistinguishable from a torn write, and is treated as one)."""
+        """Flip a byte of the log or of a snapshot: anywhere, the newest record included
+        (the WAL ends every batch with two copies of the hard state, so a bad newest
+        record, taken for a torn write, loses nothing)."""
         names = disk.list(WAL_DIR)
         segs = [n for n in names if n.startswith("seg-") and n.endswith(".wal")]
         snaps = [n for n in names if n.startswith("snap-") and n.endswith(".snap")]
         choices: list[tuple[str, int]] = []
-        for k, name in enumerate(segs):
-            data = disk.read(f"{WAL_DIR}/{name}")
-            limit = len(data) if k < len(segs) - 1 else _last_record_start(data)
-            if limit > 0:
-                choices.append((name, limit))
+        for name in segs:
+            size = len(disk.read(f"{WAL_DIR}/{name}"))
+            if size > 0:
+                choices.append((name, size))
+        if segs and self.w.rng.random() < 0.3:  # often the newest record itself
+            data = disk.read(f"{WAL_DIR}/{segs[-1]}")
+            start = _last_record_start(data)
+            if start < len(data):
+                choices = [(segs[-1], len(data))] * 3 + choices
+                self._newest = (segs[-1], start)
         for name in snaps:
             choices.append((name, len(disk.read(f"{WAL_DIR}/{name}"))))
         if not choices:
             return
         r = self.w.rng
         name, limit = r.choice(choices)
-        offset = r.randrange(limit)
+        newest, self._newest = self._newest, None
+        if newest is not None and newest[0] == name:
+            offset = r.randrange(newest[1], limit)
+        else:
+            offset = r.randrange(limit)
         disk.corrupt(f"{WAL_DIR}/{name}", offset)
         node = self.w.nodes[nid]
         self.damaged[nid] = node.incarnation

@@ -21,7 +21,15 @@ from typing import Protocol
 
 from ..core import RaftCore
 from ..disk import MemDisk, SimulatedCrash
-from ..driver import Driver, Job, Outcome, Process, State, StateMachine
+from ..driver import (
+    Driver,
+    DurableStateMachine,
+    Job,
+    Outcome,
+    Process,
+    State,
+    StateMachine,
+)
 from ..messages import Message
 from ..ready import RaftConfig, Ready
 from ..types import Entry, HardState, Snapshot, SnapshotMeta
@@ -74,7 +82,60 @@ class HashStateMachine:
         self._digest = data[_SM.size :]
 
 
-SmFactory = Callable[[], SimStateMachine]
+SmFactory = Callable[[MemDisk], SimStateMachine]  # gets the replica's disk
+Payload = Callable[[random.Random, bytes], bytes]  # (rng, proposal id) -> entry data
+
+
+def hash_sm(disk: MemDisk) -> SimStateMachine:
+    return HashStateMachine()
+
+
+def plain_payload(rng: random.Random, pid: bytes) -> bytes:
+    return pid
+
+
+class DurableHashStateMachine(HashStateMachine):
+    """The running hash, kept durably on the replica's own disk (a state machine with
+    its own storage, as a stream store is): persisted every few entries, so what is
+    durable lags what is applied; entries it already holds are skipped on replay."""
+
+    PATH = "/sm/state"
+    __slots__ = ("_disk", "_durable", "_every", "_since")
+
+    def __init__(self, disk: MemDisk, every: int = 3) -> None:
+        super().__init__()
+        self._disk = disk
+        self._every = every
+        self._since = 0
+        disk.makedirs("/sm")
+        if disk.exists(self.PATH):
+            super().restore(disk.read(self.PATH))
+        self._durable = self._index
+
+    def durable_index(self) -> int:
+        return self._durable
+
+    def apply(self, e: Entry) -> object:
+        if e.index <= self._index:
+            return e.index  # held already (replayed after a restart)
+        result = super().apply(e)
+        self._since += 1
+        if self._since >= self._every:
+            self._persist()
+        return result
+
+    def restore(self, data: bytes) -> None:
+        super().restore(data)
+        self._persist()  # durable on return, as the contract asks
+
+    def _persist(self) -> None:
+        self._disk.write_atomic(self.PATH, self.snapshot())
+        self._durable = self._index
+        self._since = 0
+
+
+def durable_hash_sm(disk: MemDisk) -> SimStateMachine:
+    return DurableHashStateMachine(disk)
 
 
 class ObservedSM:
@@ -86,7 +147,8 @@ class ObservedSM:
 
     def apply(self, entry: Entry) -> object:
         result = self.inner.apply(entry)
-        self.node.applied_hook(self.node, entry)
+        if self.inner.index == entry.index:  # not skipped as already held
+            self.node.applied_hook(self.node, entry)
         return result
 
     def snapshot(self) -> bytes:
@@ -97,6 +159,16 @@ class ObservedSM:
         meta = self.node.snapshot_meta
         assert meta is not None
         self.node.restored_hook(self.node, meta)
+
+
+class ObservedDurableSM(ObservedSM):
+    def __init__(self, inner: SimStateMachine, node: SimNode) -> None:
+        super().__init__(inner, node)
+        assert isinstance(inner, DurableStateMachine)
+        self._durable = inner
+
+    def durable_index(self) -> int:
+        return self._durable.durable_index()
 
 
 class TrackingLog:
@@ -157,8 +229,9 @@ class SimNode:
         self.log: TrackingLog | None = None
         self.last_core: RaftCore | None = None  # the core when the process last died
         self.last_durable = 0  # its last durable index then
-        self.sm: SimStateMachine = sm_factory()
+        self.sm: SimStateMachine = sm_factory(self.disk)
         self.snapshot_meta: SnapshotMeta | None = None  # of the snapshot being restored
+        self.snapshot_every = (8, 40)  # entries between snapshots, drawn at each start
         self.crash_in_io = False  # the next job dies half way (power loss)
         self.fail_in_io: OSError | None = None  # the next job fails with this error
         self.io_delay = 0  # steps the next job takes (a slow fsync)
@@ -181,13 +254,14 @@ class SimNode:
         wal, rec = Wal.open(self.disk, WAL_DIR, segment_bytes=self.segment_bytes)
         self.incarnation += 1
         self.log = TrackingLog(wal, rec.hard_state)
-        self.sm = self.sm_factory()
+        self.sm = self.sm_factory(self.disk)
         self.snapshot_meta = rec.snapshot.meta if rec.snapshot is not None else None
         core_rng = random.Random(f"{self.seed}:{self.id}:{self.incarnation}")
         driver = Driver(
-            self.id, self.peers, self.cfg, self.log, ObservedSM(self.sm, self),
+            self.id, self.peers, self.cfg, self.log, self._observed(),
             lambda m: self.send(self, m), lambda t, o: self.done_hook(self, t, o), core_rng,
-            recovered=rec, snapshot_entries=rng.randint(8, 40), keep_entries=rng.randint(0, 5),
+            recovered=rec, snapshot_entries=rng.randint(*self.snapshot_every),
+            keep_entries=rng.randint(0, 5),
         )
         driver.observe_ready = lambda rd: self.ready_hook(self, rd)
         driver.observe_apply = lambda e: self.commit_hook(self, e)
@@ -201,6 +275,11 @@ class SimNode:
         if driver.state is State.REMOVED:
             self.removed_hook(self)
         return rec.corrupt
+
+    def _observed(self) -> ObservedSM:
+        if isinstance(self.sm, DurableStateMachine):
+            return ObservedDurableSM(self.sm, self)
+        return ObservedSM(self.sm, self)
 
     def _drop(self) -> None:
         if self.driver is not None and self.log is not None:

@@ -30,7 +30,7 @@ from ..types import Entry, SnapshotMeta
 from .checker import Checker, Violation
 from .faults import FaultRates, Faults
 from .network import NetConfig, Network
-from .node import HashStateMachine, SimNode, SmFactory
+from .node import Payload, SimNode, SmFactory, durable_hash_sm, hash_sm, plain_payload
 
 
 @dataclass(frozen=True)
@@ -45,13 +45,16 @@ class SimConfig:
     propose_per_tick: float = 0.7
     segment_bytes: int = 1024
     max_msg_bytes: int = 0  # entry bytes per AppendEntries; 0: drawn per seed (96..256)
+    entry_scale: int = 1  # times max_msg_bytes, for state machines with larger entries
     max_inflight: int = 4
-    max_snapshot_chunk_bytes: int = 64
+    max_snapshot_chunk_bytes: int = 6  # the running hash's snapshot is 16 bytes
     rates: FaultRates = field(default_factory=FaultRates)
     vary_rates: bool = True  # draw each fault rate per seed around `rates`
     storm_every: int = 4  # every n-th seed runs FaultRates.storm(), as drawn; 0: none
-    sm: SmFactory = HashStateMachine
+    snapshot_every: tuple[int, int] = (8, 40)  # entries between snapshots, drawn per life
+    sm: SmFactory = hash_sm  # the replicated state machine, made on the replica's disk
     sm_name: str = "hash"
+    payload: Payload = plain_payload  # what a client proposes
 
 
 @dataclass
@@ -65,8 +68,10 @@ class SeedResult:
     sm: str = "hash"
 
     def replay_command(self) -> str:
+        # Machines this package does not know (the JetStream stream) replay in jetraft.sim.
+        module = "jetraft.raft.sim" if self.sm in STATE_MACHINES else "jetraft.sim"
         sm = "" if self.sm == "hash" else f" --sm {self.sm}"
-        return f"python -m jetraft.raft.sim --seed {self.seed} --nodes {self.nodes}{sm} --trace"
+        return f"python -m {module} --seed {self.seed} --nodes {self.nodes}{sm} --trace"
 
 
 class World:
@@ -90,8 +95,8 @@ class World:
         self.raft_cfg = RaftConfig(
             election_ticks=cfg.election_ticks,
             heartbeat_ticks=cfg.heartbeat_ticks,
-            max_msg_bytes=cfg.max_msg_bytes or (
-                96 if self.storm else self.rng.choice((96, 160, 256))),
+            max_msg_bytes=(cfg.max_msg_bytes or (
+                96 if self.storm else self.rng.choice((96, 160, 256)))) * cfg.entry_scale,
             max_inflight=cfg.max_inflight,
             max_snapshot_chunk_bytes=cfg.max_snapshot_chunk_bytes,
         )
@@ -102,6 +107,7 @@ class World:
         self.period: dict[str, int] = {}  # steps per tick of each node (clock drift)
         self.next_id = 1
         self.acked: dict[bytes, int] = {}
+        self.proposed: dict[bytes, bytes] = {}  # proposal id -> entry data
         self.proposals = 0
         self.stats = {
             "crashes": 0, "kills": 0, "sync_crashes": 0, "io_errors": 0, "slow_io": 0,
@@ -125,6 +131,8 @@ class World:
         self.next_id += 1
         node = SimNode(nid, self.raft_cfg, str(self.seed), peers, self.cfg.segment_bytes,
                        self.cfg.sm)
+        # Storms compact often too: followers then need snapshots while entries fly.
+        node.snapshot_every = (2, 8) if self.storm else self.cfg.snapshot_every
         node.send = self._send
         node.ready_hook = self._on_ready
         node.commit_hook = lambda n, e: self.checker.on_commit(n.id, e)
@@ -218,7 +226,9 @@ class World:
                 continue
             if (now + self.phase[nid]) % self.period[nid] == 0:
                 node.driver.tick()
-            self.pump(node)
+                self.pump(node)
+            elif node.busy() and now >= node.job_at:  # a slow disk job completes
+                self.pump(node)
         self.checker.check_electable(self)
         self.now += 1
 
@@ -314,7 +324,7 @@ class World:
         members = self.members()
         for pid, index in self.acked.items():
             c = self.checker.committed.get(index)
-            if c is None or c[1] != pid:
+            if c is None or c[1] != self.proposed[pid]:
                 raise Violation(f"acknowledged {pid.decode()} at {index} is not committed")
             for nid in members:
                 d = self.nodes[nid].driver
@@ -336,11 +346,12 @@ class World:
         node = self.client_rng.choice(ups)
         self.proposals += 1
         pid = prefix + b"%d" % self.proposals
+        data = self.proposed[pid] = self.cfg.payload(self.client_rng, pid)
         for _ in range(2):
             driver = node.driver
             assert driver is not None
             try:
-                driver.propose(pid, pid)
+                driver.propose(data, pid)
             except NotLeader as exc:
                 nxt = self.nodes.get(exc.leader)
                 if nxt is None or not nxt.up or nxt.driver is None:
@@ -368,7 +379,18 @@ def run_seed(
     return World(seed, cfg or SimConfig(), trace).run()
 
 
-def run_seed_nodes(args: tuple[int, int]) -> SeedResult:
-    """run_seed for (seed, nodes), picklable for a process pool."""
-    seed, nodes = args
-    return run_seed(seed, SimConfig(nodes=nodes))
+STATE_MACHINES: dict[str, tuple[SmFactory, Payload]] = {
+    "hash": (hash_sm, plain_payload),
+    "durable": (durable_hash_sm, plain_payload),
+}
+
+
+def config_for(nodes: int, sm: str) -> SimConfig:
+    factory, payload = STATE_MACHINES[sm]
+    return SimConfig(nodes=nodes, sm=factory, sm_name=sm, payload=payload)
+
+
+def run_seed_nodes(args: tuple[int, int, str]) -> SeedResult:
+    """run_seed for (seed, nodes, state machine), picklable for a process pool."""
+    seed, nodes, sm = args
+    return run_seed(seed, config_for(nodes, sm))

@@ -196,7 +196,7 @@ class ClusterApi:
         if meta.is_leader:
             if self._level_refused(route, hdr, reply):
                 return
-            work = meta_api.handle(self, route, subject, data)
+            work = meta_api.handle(self, route, subject, reply, data)
             self._spawn(self._answer(route.kind, reply, work))
         elif not meta.leader:
             self._spawn(self._leaderless(route.kind, reply))
@@ -234,8 +234,15 @@ class ClusterApi:
         except Exception:
             log.exception("JetStream API (%s) failed", kind)
             out = error_response(kind, E.api_error(10051, err="internal error"))
+        if out is meta_api.ANSWERED:
+            self.stats.total += 1  # the asset's leader sent the answer
+            return
         is_error = isinstance(out, dict) and "error" in out
         self._reply(reply, out, error=is_error)
+
+    def answer(self, reply: str, out: dict[str, Any]) -> None:
+        """Send an answer another server prepared (a create answered by the new leader)."""
+        send_response(self.client, reply, out)
 
     def _reply(self, reply: str, out: Any, *, error: bool = False) -> None:
         self.stats.total += 1

@@ -121,7 +121,8 @@ class ConsumerReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.group.is_leader
+        """Leading and serving (its runtime started and subscribed)."""
+        return self.runtime is not None and self.group.is_leader
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -342,7 +343,7 @@ class _Owner:
 
     @property
     def cipher(self) -> None:
-        return None  # clustered state lives in the RAFT log (encryption refused there)
+        return None  # no state file: the group's log is the record
 
     def disk_gate(self, name: str) -> None:
         return None

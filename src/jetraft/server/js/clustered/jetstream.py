@@ -23,7 +23,7 @@ import logging
 import random
 import shutil
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,13 +53,15 @@ from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import TICK_S, peer_id
 from jetraft.server.js.clustered.meta_group import MetaGroup, MetaUnavailable
 from jetraft.server.js.clustered.stream_replica import StreamReplica
+from jetraft.server.js.clustered.subjects import (
+    CONSUMER_DELETE_SUBJECT,
+    CONSUMER_INFO_SUBJECT,
+    INFO_SUBJECT,
+    RETIRE_SUBJECT,
+)
 
 log = logging.getLogger("jetraft.js.cluster")
 
-INFO_SUBJECT = "$JSC.SI"  # .<account>.<stream>: the stream leader answers with its info
-CONSUMER_INFO_SUBJECT = "$JSC.CI"  # .<account>.<stream>.<consumer>: the consumer leader's
-RETIRE_SUBJECT = "$JSC.RET"  # .<account>.<stream>: sequences for the stream leader to retire
-CONSUMER_DELETE_SUBJECT = "$JSC.CD"  # .<account>.<stream>.<consumer>: for the meta leader
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
 
@@ -412,46 +414,75 @@ class ClusteredJetStream:
         replica.serve_direct(api.direct_get if api is not None else None)
 
     # --- internal info requests --------------------------------------------------------------
+    #
+    # $JSC.SI.<account>.<stream> / $JSC.CI.<account>.<stream>.<consumer>: the asset's leader
+    # answers with its info. With a JSON body {"reply", "head", "tail", "config", "initial"}
+    # it answers the *client* instead, at "reply" in the client's account, with
+    # {**head, **info, **tail}: the leader subscribed (to the stream's subjects, the
+    # consumer's pull subject) before it answers, and its answer travels the same route as
+    # that interest, so a client never hears "created" before it can use what was created.
+    # With "config", a leader still on another config answers {"pending": true}.
 
     def _on_info_request(self, subject: str, reply: str | None, hdr: bytes | None,
                          data: bytes) -> None:
-        if not reply:
-            return
         _, _, account, name = subject.split(".", 3)
         replica = self.streams.get((account, name))
-        if replica is None or not replica.is_leader:
-            return
         api = self.apis.get(account)
-        if api is None:
-            return
-        self.internal.publish(reply, encode_json(api.stream_info(replica)))
+        if reply and replica is not None and replica.is_leader and api is not None:
+            self._answer_info(api, reply, data, lambda initial: api.stream_info(replica))
 
     def _on_consumer_info(self, subject: str, reply: str | None, hdr: bytes | None,
                           data: bytes) -> None:
-        if not reply:
-            return
         _, _, account, stream, name = subject.split(".", 4)
         replica = self.consumers.get((account, stream, name))
-        if replica is None or not replica.is_leader:
+        api = self.apis.get(account)
+        if not reply or replica is None or not replica.is_leader or api is None:
             return
-        info = replica.initial_info if data == b"initial" else None
+
+        def info(initial: bool) -> dict[str, Any] | None:
+            if initial:
+                return replica.initial_info  # None until its start is applied: pending
+            return replica.info()
+
         with contextlib.suppress(RaftError):
-            self.internal.publish(reply, encode_json(info or replica.info()))
+            self._answer_info(api, reply, data, info)
+
+    def _answer_info(self, api: ClusterApi, reply: str, data: bytes,
+                     info_of: Callable[[bool], dict[str, Any] | None]) -> None:
+        ask = _json_dict((None, data)) if data else None
+        info = info_of(bool(ask and ask.get("initial")))
+        if info is None or (ask and "config" in ask and info.get("config") != ask["config"]):
+            self.internal.publish(reply, b'{"pending":true}')
+            return
+        client_reply = ask.get("reply") if ask else None
+        if isinstance(client_reply, str) and client_reply:
+            head, tail = ask.get("head") or {}, ask.get("tail") or {}  # type: ignore[union-attr]
+            api.answer(client_reply, {**head, **info, **tail})
+        self.internal.publish(reply, encode_json(info))
+
+    async def asset_info(
+        self,
+        subject: str,
+        *,
+        timeout_s: float,
+        answer: dict[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Ask the leader on ``subject`` (see above) until it answers with the wanted
+        config or ``timeout_s`` passed; returns the info (None: no leader answered)."""
+        body = encode_json(answer) if answer else b""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            got = _json_dict(await self.internal.request(subject, body, 0.1))
+            if got is not None and not got.get("pending"):
+                return got
+            if time.monotonic() >= deadline:
+                return None
+            await asyncio.sleep(0.05)
 
     async def fetch_consumer_info(self, account: str, stream: str, name: str,
-                                  timeout_s: float = 1.0, *,
-                                  initial: bool = False) -> dict[str, Any] | None:
-        """The consumer's info from its leader; ``initial``: as it was when it started,
-        before its first delivery (the answer to a create)."""
-        replica = self.consumers.get((account, stream, name))
-        if replica is not None and replica.is_leader:
-            if initial and replica.initial_info is not None:
-                return replica.initial_info
-            with contextlib.suppress(RaftError):
-                return replica.info()
+                                  timeout_s: float = 1.0) -> dict[str, Any] | None:
         subject = f"{CONSUMER_INFO_SUBJECT}.{account}.{stream}.{name}"
-        body = b"initial" if initial else b""
-        return _json_dict(await self.internal.request(subject, body, timeout_s))
+        return await self.asset_info(subject, timeout_s=timeout_s)
 
     async def fetch_stream_info(self, account: str, name: str,
                                 timeout_s: float = 1.0) -> dict[str, Any] | None:
@@ -460,8 +491,7 @@ class ClusteredJetStream:
         api = self.apis.get(account)
         if replica is not None and replica.is_leader and api is not None:
             return api.stream_info(replica)
-        got = await self.internal.request(f"{INFO_SUBJECT}.{account}.{name}", b"", timeout_s)
-        return _json_dict(got)
+        return await self.asset_info(f"{INFO_SUBJECT}.{account}.{name}", timeout_s=timeout_s)
 
     def account_details(self, streams: bool) -> list[dict[str, Any]]:
         """/jsz?accounts=1[&streams=1]: this server's replicas, by account."""

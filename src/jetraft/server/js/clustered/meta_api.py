@@ -42,6 +42,7 @@ from jetraft.jetstream.stream_config import StreamConfig, check_update, to_wire
 from jetraft.protocol.subjects import filters_overlap
 from jetraft.server.js.clustered.group import peer_id
 from jetraft.server.js.clustered.meta_group import MetaUnavailable
+from jetraft.server.js.clustered.subjects import CONSUMER_INFO_SUBJECT, INFO_SUBJECT
 from jetraft.server.js.limits import check_stream_limits
 
 if TYPE_CHECKING:
@@ -70,7 +71,9 @@ def preferred_from(data: bytes) -> str | None:
     return None
 
 
-def handle(api: ClusterApi, route: Route, subject: str, data: bytes) -> Coroutine[Any, Any, Any]:
+def handle(
+    api: ClusterApi, route: Route, subject: str, reply: str, data: bytes
+) -> Coroutine[Any, Any, Any]:
     handlers = {
         "INFO": _account_info,
         "STREAM.CREATE.*": _create,
@@ -88,7 +91,7 @@ def handle(api: ClusterApi, route: Route, subject: str, data: bytes) -> Coroutin
         "CONSUMER.LIST.*": _consumer_list,
         "CONSUMER.PAUSE.*.*": _consumer_pause,
     }
-    return handlers[route.pattern](api, subject, data)
+    return handlers[route.pattern](api, subject, reply, data)
 
 
 def _meta_failed(exc: MetaUnavailable) -> E.ApiError:
@@ -98,7 +101,7 @@ def _meta_failed(exc: MetaUnavailable) -> E.ApiError:
 # --- account info ----------------------------------------------------------------------------
 
 
-async def _account_info(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _account_info(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     js = api.js
     acc = api.account.name
     streams = [sa for (a, _), sa in js.meta.state.streams.items() if a == acc]
@@ -180,29 +183,38 @@ async def _propose(api: ClusterApi, entry: MetaEntry) -> None:
         raise _meta_failed(exc) from None
 
 
-async def _leader_info(api: ClusterApi, sa: StreamAssignment) -> dict[str, Any]:
-    """The stream's info from its leader once it reports ``sa``'s config; after the wait,
-    what the assignment says (no leader yet, empty state)."""
+class _Answered:
+    """The asset's leader sent the answer itself (see ``ClusteredJetStream.asset_info``)."""
+
+
+ANSWERED = _Answered()
+
+
+async def _stream_answer(
+    api: ClusterApi, sa: StreamAssignment, reply: str, kind: str, tail: dict[str, Any]
+) -> Any:
+    """Have the stream's leader answer once it runs ``sa``'s config; after the wait, what
+    the assignment says (no leader yet, empty state)."""
     js = api.js
-    deadline = time.monotonic() + LEADER_WAIT_S
     want = to_wire(sa.config)
-    while time.monotonic() < deadline:
-        info = await js.fetch_stream_info(sa.account, sa.name, timeout_s=0.1)
-        if info is not None and info.get("config") == want:
-            return info
-        await asyncio.sleep(0.05)
+    ask = {"reply": reply, "head": {"type": _t(kind)}, "tail": tail, "config": want}
+    subject = f"{INFO_SUBJECT}.{sa.account}.{sa.name}"
+    if await js.asset_info(subject, timeout_s=LEADER_WAIT_S, answer=ask) is not None:
+        return ANSWERED
     now = time.time_ns()
     return {
+        "type": _t(kind),
         "config": want,
         "created": format_time(sa.created_ns),
         "state": {"messages": 0, "bytes": 0, "first_seq": 0, "first_ts": format_time(0),
                   "last_seq": 0, "last_ts": format_time(0), "consumer_count": 0},
         "cluster": {"name": js.cluster_name, "raft_group": sa.group, "leader": ""},
         "ts": format_time(now),
+        **tail,
     }
 
 
-async def _create(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _create(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_create_response"
     js = api.js
     cfg = stream_api.checked_config(_Strict(js.config.strict), subject, data, creating=True)
@@ -211,7 +223,7 @@ async def _create(api: ClusterApi, subject: str, data: bytes) -> Any:
     if existing is not None:
         if existing.config != cfg:
             raise E.stream_name_exists()
-        return {"type": _t(kind), **await _leader_info(api, existing), "did_create": True}
+        return await _stream_answer(api, existing, reply, kind, {"did_create": True})
     _check_overlap(api, cfg)
     count = sum(1 for k in js.meta.state.streams if k[0] == api.account.name)
     check_stream_limits(api.account_limits, cfg, count, creating=True)
@@ -219,10 +231,10 @@ async def _create(api: ClusterApi, subject: str, data: bytes) -> Any:
     group = group_name("S", cfg.num_replicas, cfg.storage, js.rng)
     sa = StreamAssignment(api.account.name, cfg, group, tuple(peers), time.time_ns())
     await _propose(api, AssignStream(sa))
-    return {"type": _t(kind), **await _leader_info(api, sa), "did_create": True}
+    return await _stream_answer(api, sa, reply, kind, {"did_create": True})
 
 
-async def _update(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _update(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_update_response"
     js = api.js
     cfg = stream_api.checked_config(_Strict(js.config.strict), subject, data, creating=False)
@@ -243,10 +255,10 @@ async def _update(api: ClusterApi, subject: str, data: bytes) -> Any:
     new = StreamAssignment(sa.account, cfg, sa.group, peers, sa.created_ns)
     if new != sa:
         await _propose(api, AssignStream(new))
-    return {"type": _t(kind), **await _leader_info(api, new)}
+    return await _stream_answer(api, new, reply, kind, {})
 
 
-async def _delete(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _delete(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_delete_response"
     if not stream_api.is_empty_request(data):
         raise E.not_empty_request()
@@ -270,7 +282,7 @@ def _names_of(api: ClusterApi, data: bytes) -> tuple[list[str], int]:
     return names, offset
 
 
-async def _names(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _names(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     names, offset = _names_of(api, data)
     limit = stream_api.NAMES_LIMIT
     page = names[offset : offset + limit]
@@ -278,7 +290,7 @@ async def _names(api: ClusterApi, subject: str, data: bytes) -> Any:
             "limit": limit, "streams": page}
 
 
-async def _list(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _list(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     names, offset = _names_of(api, data)
     limit = stream_api.LIST_LIMIT
     page = names[offset : offset + limit]
@@ -314,24 +326,20 @@ def _consumer_peers(api: ClusterApi, sa: StreamAssignment, replicas: int) -> tup
     return tuple(ordered[:replicas])
 
 
-async def _consumer_info_after(
-    api: ClusterApi, ca: ConsumerAssignment, initial: bool = False
-) -> dict[str, Any]:
-    """The consumer's info from its leader once it reports ``ca``'s config (``initial``:
-    a new consumer, as it was before its first delivery)."""
-    js = api.js
-    want = config_to_wire(ca.config)
-    deadline = time.monotonic() + LEADER_WAIT_S
-    while time.monotonic() < deadline:
-        info = await js.fetch_consumer_info(ca.account, ca.stream, ca.name, 0.1,
-                                            initial=initial)
-        if info is not None and info.get("config") == want:
-            return info
-        await asyncio.sleep(0.05)
-    raise E.api_error(10008)
+async def _consumer_answer(
+    api: ClusterApi, ca: ConsumerAssignment, reply: str, kind: str, initial: bool = False
+) -> Any:
+    """Have the consumer's leader answer once it runs ``ca``'s config (``initial``: a new
+    consumer, described as it was before its first delivery)."""
+    ask = {"reply": reply, "head": {"type": _t(kind)}, "config": config_to_wire(ca.config),
+           "initial": initial}
+    subject = f"{CONSUMER_INFO_SUBJECT}.{ca.account}.{ca.stream}.{ca.name}"
+    if await api.js.asset_info(subject, timeout_s=LEADER_WAIT_S, answer=ask) is None:
+        raise E.api_error(10008)
+    return ANSWERED
 
 
-async def _consumer_create(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _consumer_create(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     kind = "consumer_create_response"
     js = api.js
     acc = api.account.name
@@ -358,7 +366,7 @@ async def _consumer_create(api: ClusterApi, subject: str, data: bytes) -> Any:
             ca = ConsumerAssignment(acc, plan.stream, plan.name, plan.cfg, old.group,
                                     old.peers, old.created_ns)
             await _propose(api, AssignConsumer(ca))
-        return {"type": _t(kind), **await _consumer_info_after(api, ca)}
+        return await _consumer_answer(api, ca, reply, kind)
     replicas = plan.cfg.num_replicas or sa.config.num_replicas
     if plan.cfg.mem_storage and not plan.cfg.num_replicas and not plan.cfg.durable_name:
         replicas = 1
@@ -366,7 +374,7 @@ async def _consumer_create(api: ClusterApi, subject: str, data: bytes) -> Any:
     group = group_name("C", len(peers), "memory" if plan.cfg.mem_storage else "file", js.rng)
     ca = ConsumerAssignment(acc, plan.stream, plan.name, plan.cfg, group, peers, time.time_ns())
     await _propose(api, AssignConsumer(ca))
-    return {"type": _t(kind), **await _consumer_info_after(api, ca, initial=True)}
+    return await _consumer_answer(api, ca, reply, kind, initial=True)
 
 
 def _consumer_key(api: ClusterApi, subject: str) -> tuple[str, str, str]:
@@ -380,7 +388,7 @@ def _consumer_key(api: ClusterApi, subject: str) -> tuple[str, str, str]:
     return key
 
 
-async def _consumer_delete(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _consumer_delete(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     acc, stream, name = _consumer_key(api, subject)
     await _propose(api, RemoveConsumer(acc, stream, name))
     return {"type": _t("consumer_delete_response"), "success": True}
@@ -396,14 +404,14 @@ def _consumer_page(api: ClusterApi, subject: str, data: bytes, limit: int
     return names[offset : offset + limit], len(names), offset
 
 
-async def _consumer_names(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _consumer_names(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     limit = consumer_api.NAMES_LIMIT
     page, total, offset = _consumer_page(api, subject, data, limit)
     return {"type": _t("consumer_names_response"), "total": total, "offset": offset,
             "limit": limit, "consumers": page}
 
 
-async def _consumer_list(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _consumer_list(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     limit = consumer_api.LIST_LIMIT
     page, total, offset = _consumer_page(api, subject, data, limit)
     stream = subject.split(".")[4]
@@ -418,7 +426,7 @@ async def _consumer_list(api: ClusterApi, subject: str, data: bytes) -> Any:
     return out
 
 
-async def _consumer_pause(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _consumer_pause(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     key = _consumer_key(api, subject)
     ca = api.js.meta.state.consumers[key]
     until_ns = consumer_api.pause_until_from(data)
@@ -434,7 +442,7 @@ async def _consumer_pause(api: ClusterApi, subject: str, data: bytes) -> Any:
 # --- peers -----------------------------------------------------------------------------------
 
 
-async def _peer_remove(api: ClusterApi, subject: str, data: bytes) -> Any:
+async def _peer_remove(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     kind = "stream_remove_peer_response"
     js = api.js
     name = subject.rsplit(".", 1)[-1]

@@ -112,7 +112,9 @@ class StreamReplica:
 
     @property
     def is_leader(self) -> bool:
-        return self.group.is_leader
+        """Leading and serving (subscribed to the stream's subjects): the RAFT role comes
+        a moment earlier, before the role change reached this replica."""
+        return self._leading and self.group.is_leader
 
     @property
     def leader(self) -> str:

@@ -1,0 +1,161 @@
+"""The JetStream stream as the simulator's replicated state machine.
+
+Each replica runs jetraft.jetstream.stream.Stream over a MemoryStore and applies the
+entries of jetraft.jetstream.stream (StoreMsg with Nats-Msg-Id and Nats-Expected-*
+headers, Purge, DeleteMsg, Expire, UpdateConfig) exactly as a clustered stream will. The
+checker compares, at every index, a digest of each replica's stream: the answers given
+(PubAck sequence, duplicate, error; counts removed), the stream state (messages, bytes,
+first and last sequence and time, deleted sequences), and every 8th index and after each
+snapshot restore, every stored message and the dedupe window.
+
+A snapshot carries everything apply() decides with: the store's own snapshot, the dedupe
+window, the last Nats-Msg-Id and the TTL heap, and the running digest of answers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+import msgspec
+
+from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.stream import (
+    DeleteMsg,
+    Expire,
+    Purge,
+    StoreMsg,
+    Stream,
+    UpdateConfig,
+    decode_entry,
+    encode_entry,
+)
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.raft.disk import MemDisk
+from jetraft.raft.sim.node import SimStateMachine
+from jetraft.raft.types import Entry
+
+NS = 1_000_000_000
+T0 = 1_700_000_000 * NS
+SUBJECTS = ("orders.a", "orders.b", "orders.c", "events.x", "events.y")
+FULL_EVERY = 8  # indexes at which the digest covers every stored message
+
+
+def stream_config(**kw: object) -> StreamConfig:
+    base: dict[str, object] = {
+        "name": "SIM",
+        "subjects": ("orders.*", "events.*"),
+        "max_msgs": 60,
+        "max_msgs_per_subject": 20,
+        "duplicate_window": 5 * NS,
+        "allow_rollup_hdrs": True,
+        "allow_msg_ttl": True,
+    }
+    base.update(kw)
+    return StreamConfig(**base)  # type: ignore[arg-type]
+
+
+class _Snap(msgspec.Struct, array_like=True):
+    index: int
+    digest: bytes
+    config: StreamConfig
+    store: list[bytes]
+    dedupe: list[tuple[str, int, int]]
+    last_msg_id: str
+    ttl_heap: list[tuple[int, int]]
+
+
+_enc = msgspec.msgpack.Encoder()
+_dec = msgspec.msgpack.Decoder(_Snap)
+
+
+class StreamStateMachine:
+    def __init__(self) -> None:
+        self.stream = Stream(stream_config(), MemoryStore(), created_ns=T0)
+        self._index = 0
+        self._digest = b"\0" * 16
+
+    @property
+    def index(self) -> int:
+        return self._index
+
+    def digest(self) -> bytes:
+        return self._digest
+
+    def apply(self, entry: Entry) -> object:
+        result = self.stream.apply(decode_entry(entry.data))
+        h = hashlib.blake2b(self._digest, digest_size=16)
+        h.update(entry.index.to_bytes(8, "little"))
+        h.update(repr(result).encode())
+        h.update(repr(self.stream.store.state(deleted=True)).encode())
+        if entry.index % FULL_EVERY == 0:
+            self._full(h)
+        self._digest = h.digest()
+        self._index = entry.index
+        return result
+
+    def _full(self, h: hashlib.blake2b) -> None:
+        store = self.stream.store
+        msg = store.load_next(1)
+        while msg is not None:
+            h.update(repr(msg).encode())
+            msg = store.load_next(msg.seq + 1)
+        h.update(repr(list(self.stream._dedupe.items())).encode())
+        h.update(self.stream.last_msg_id.encode())
+
+    def snapshot(self) -> bytes:
+        s = self.stream
+        return _enc.encode(_Snap(
+            self._index, self._digest, s.config, list(s.store.snapshot()),
+            [(k, v[0], v[1]) for k, v in s._dedupe.items()], s.last_msg_id,
+            list(s._ttl_heap),
+        ))
+
+    def restore(self, data: bytes) -> None:
+        snap = _dec.decode(data)
+        store = MemoryStore()
+        store.restore(snap.store)
+        s = Stream(snap.config, store, created_ns=T0)
+        for k, seq, ts in snap.dedupe:
+            s._dedupe[k] = (seq, ts)
+        s.last_msg_id = snap.last_msg_id
+        s._ttl_heap = [(at, seq) for at, seq in snap.ttl_heap]
+        self.stream = s
+        self._index = snap.index
+        self._digest = snap.digest
+
+
+def stream_sm(disk: MemDisk) -> SimStateMachine:
+    return StreamStateMachine()
+
+
+def stream_payload(rng: random.Random, pid: bytes) -> bytes:
+    """What a client proposes: mostly publishes (some with a Nats-Msg-Id seen before, some
+    expecting a last sequence), sometimes a purge, a delete, an expiry or a config change.
+    Times are the leader's, carried in the entry (here: drawn, increasing)."""
+    n = int(pid.strip(b"plive") or b"0")
+    ts = T0 + n * NS // 4
+    r = rng.random()
+    if r < 0.80:
+        subject = rng.choice(SUBJECTS)
+        headers = []
+        if rng.random() < 0.3:
+            headers.append(f"Nats-Msg-Id: m{rng.randrange(max(1, n))}")
+        if rng.random() < 0.05:
+            headers.append(f"Nats-Expected-Last-Sequence: {rng.randrange(max(1, n))}")
+        if rng.random() < 0.03:
+            headers.append("Nats-Rollup: sub")
+        if rng.random() < 0.05:
+            headers.append("Nats-TTL: 2s")
+        hdr = ("NATS/1.0\r\n" + "".join(h + "\r\n" for h in headers) + "\r\n").encode()
+        return encode_entry(StoreMsg(subject, "", hdr if headers else None, pid, ts))
+    if r < 0.86:
+        return encode_entry(DeleteMsg(rng.randrange(1, max(2, n)), rng.random() < 0.5))
+    if r < 0.90:
+        subject = rng.choice(("", "orders.a", "events.*"))
+        return encode_entry(Purge(subject, rng.choice((0, max(1, n // 2))), rng.choice((0, 3))))
+    if r < 0.97:
+        return encode_entry(Expire(ts))
+    cfg = stream_config(max_msgs=rng.choice((30, 60, 100)),
+                        max_msgs_per_subject=rng.choice((5, 20)))
+    return encode_entry(UpdateConfig(cfg))
