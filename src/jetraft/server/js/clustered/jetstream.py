@@ -121,7 +121,7 @@ class ClusteredJetStream:
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
         self.system_api: SystemApi | None = None
-        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
         self._change_task: asyncio.Task[None] | None = None
         self.rng = random.Random()
         self.peer_facts: dict[str, PeerInfo] = {}
@@ -217,9 +217,9 @@ class ClusteredJetStream:
     def is_online(self, server: str) -> bool:
         return server == self.server.name or server in self.mesh.by_name
 
-    def meta_changed(self, changes: list[Change]) -> None:
+    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
         for change in changes:
-            self._changes.put_nowait(change)
+            self._changes.put_nowait((change, replay))
 
     def meta_leader_changed(self, leader: str) -> None:
         pass
@@ -266,16 +266,16 @@ class ClusteredJetStream:
 
     async def _process_changes(self) -> None:
         while True:
-            change = await self._changes.get()
+            change, replay = await self._changes.get()
             try:
                 if isinstance(change, StreamChanged):
-                    await self._stream_changed(change)
+                    await self._stream_changed(change, replay)
                 elif isinstance(change, ConsumerChanged):
-                    await self._consumer_changed(change)
+                    await self._consumer_changed(change, replay)
             except Exception:
                 log.exception("JetStream cluster: applying %s failed", change)
 
-    async def _stream_changed(self, change: StreamChanged) -> None:
+    async def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.streams.get(key)
@@ -310,10 +310,10 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = StreamReplica(self, new, joining=joining)
         self.streams[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
         self._serve_direct(replica)
 
-    async def _consumer_changed(self, change: ConsumerChanged) -> None:
+    async def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.consumers.get(key)
@@ -348,7 +348,7 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = ConsumerReplica(self, new, stream, account, joining=joining)
         self.consumers[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
 
     def retire(self, account: str, stream: str, seqs: Sequence[int]) -> None:
         replica = self.streams.get((account, stream))

@@ -120,8 +120,8 @@ class StreamReplica:
     def leader(self) -> str:
         return self.group.leader
 
-    async def start(self) -> None:
-        await self.group.start()
+    async def start(self, *, known: bool = False) -> None:
+        await self.group.start(known=known)
 
     async def stop(self) -> None:
         self._close()
