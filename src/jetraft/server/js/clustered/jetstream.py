@@ -25,7 +25,7 @@ import shutil
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -41,11 +41,9 @@ from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
 from jetraft.raft.node import Ticker
 from jetraft.raft.ready import RaftError
-from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.cluster.raftnet import RaftNet
 from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import Account
-from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
@@ -59,38 +57,12 @@ from jetraft.server.js.clustered.subjects import (
     INFO_SUBJECT,
     RETIRE_SUBJECT,
 )
+from jetraft.server.js.host import JsHost
 
 log = logging.getLogger("jetraft.js.cluster")
 
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
-
-
-class ClusterServer(Protocol):
-    """What clustered JetStream needs from its server (``server.Server`` provides it)."""
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def server_id(self) -> str: ...
-
-    @property
-    def router(self) -> Router: ...
-
-    @property
-    def auth(self) -> Authenticator: ...
-
-    @property
-    def mesh(self) -> RouteMesh | None: ...
-
-    @property
-    def internal_account(self) -> Account: ...
-
-    def account_named(self, name: str) -> Account | None: ...
 
 
 def expected_cluster_size(config: ServerConfig) -> int:
@@ -101,7 +73,7 @@ def expected_cluster_size(config: ServerConfig) -> int:
 
 
 class ClusteredJetStream:
-    def __init__(self, server: ClusterServer, accounts: list[Account]) -> None:
+    def __init__(self, server: JsHost, accounts: list[Account]) -> None:
         mesh = server.mesh
         js_cfg = server.config.jetstream
         assert mesh is not None and js_cfg is not None and server.config.cluster is not None
