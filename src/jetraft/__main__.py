@@ -13,7 +13,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "server":
-        from jetraft.cli.app import SERVER_ADMIN_COMMANDS
+        from jetraft.cli.server_names import SERVER_ADMIN_COMMANDS
 
         if len(args) < 2 or args[1] not in SERVER_ADMIN_COMMANDS:
             from jetraft.server.runner import main as server_main

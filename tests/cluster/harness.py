@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.parse
 import urllib.request
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -103,8 +102,8 @@ class Node:
 
     @property
     def sys_url(self) -> str:
-        secret = urllib.parse.quote(SYS_PASSWORD, safe="")
-        return f"nats://{SYS_USER}:{secret}@{self.host}:{self.port}"
+        # Verbatim, not percent-encoded: nats-py sends the URL's password as written.
+        return f"nats://{SYS_USER}:{SYS_PASSWORD}@{self.host}:{self.port}"
 
     @property
     def route_url(self) -> str:
@@ -285,7 +284,7 @@ class Cluster:
             if not node.running:
                 raise AssertionError(f"{node.name} exited:\n{node.log()[-3000:]}")
             try:
-                node.http("/healthz")
+                node.http("/healthz?js-server-only=true")  # up, JetStream or not
                 return True
             except OSError:
                 return False

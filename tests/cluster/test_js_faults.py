@@ -214,3 +214,41 @@ async def test_full_restart_keeps_every_acknowledged_message(
     await _check_all_present(nc2, "DUR", acked)
     await nc.close()
     await nc2.close()
+
+
+async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
+    make_cluster: ClusterFactory,
+) -> None:
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    nc = await cl.connect(cl.nodes[0])
+    js = nc.jetstream()
+    await js.add_stream(name="LOST", subjects=["lost"], num_replicas=3)
+    acked = {i: (await _publish_reliably(nc, "lost", i))[0] for i in range(50)}
+    leader = await _leader(nc, "LOST")
+    victim = next(n for n in cl.nodes if n.name != leader and n is not cl.nodes[0])
+    victim.kill()
+    raft_dir = victim.store_dir / "jetstream" / "_raft_"
+    stream_groups = [p for p in raft_dir.iterdir() if p.name.startswith("S-")]
+    assert stream_groups
+    for group in stream_groups:  # its copy of the stream is gone
+        for f in group.iterdir():
+            f.unlink()
+    victim.start()
+    await cl.wait_mesh()
+    await wait_until(lambda: cl.stream_messages("LOST").get(victim.name) == 50, 30,
+                     "the emptied replica to be repaired")
+    # The repaired replica can lead: what it holds is what the quorum held.
+    for n in cl.nodes:
+        if n is not victim:
+            n.kill()
+    for n in cl.nodes:
+        if n is not victim:
+            n.start()
+    await cl.wait_mesh()
+    nc2 = await cl.connect(victim)
+    await _leader(nc2, "LOST")
+    await _check_all_present(nc2, "LOST", acked)
+    await nc.close()
+    await nc2.close()

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from pathlib import Path
 
 import nats.errors
 import pytest
+import trustme
 
 from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import Node, wait_until
@@ -206,3 +208,43 @@ async def test_route_credentials_are_checked(make_cluster: ClusterFactory) -> No
     await wait_until(lambda: "Authorization Violation" in n3.log() + n1.log() + n2.log(),
                      what="refusal")
     await cl.wait_mesh()
+
+
+async def test_routes_over_mutual_tls(make_cluster: ClusterFactory, tmp_path: Path) -> None:
+    """cluster { tls { ... verify: true } }: routes are TLS with certificates checked both
+    ways; a server whose certificate another CA signed never joins."""
+    ca, rogue = trustme.CA(), trustme.CA()
+    files: dict[str, str] = {}
+    for name, issuer in (("good", ca), ("bad", rogue)):
+        cert = issuer.issue_cert("127.0.0.1", "localhost")
+        files[f"{name}.pem"] = str(tmp_path / f"{name}.pem")
+        files[f"{name}.key"] = str(tmp_path / f"{name}.key")
+        cert.cert_chain_pems[0].write_to_path(files[f"{name}.pem"])
+        cert.private_key_pem.write_to_path(files[f"{name}.key"])
+    ca_file = str(tmp_path / "ca.pem")
+    ca.cert_pem.write_to_path(ca_file)
+    cl = make_cluster(3, jetstream=lambda i: False)
+    for node in cl.nodes:
+        kind = "bad" if node.index == 3 else "good"
+        node.cluster_extra = (
+            f'  tls {{ cert_file: "{files[kind + ".pem"]}", key_file: "{files[kind + ".key"]}",'
+            f' ca_file: "{ca_file}", verify: true }}\n'
+        )
+    await cl.start(wait=False)
+    n1, n2, n3 = cl.nodes
+    for node in cl.nodes:
+        await cl.wait_serving(node)
+    await cl.wait_mesh(nodes=[n1, n2])
+    a, b = await cl.connect(n1), await cl.connect(n2)
+
+    async def echo(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(msg.data)
+
+    await b.subscribe("tls.echo", cb=echo)
+    await b.flush()
+    assert (await wait_until(lambda: a.request("tls.echo", b"x", timeout=0.5))).data == b"x"
+    for _ in range(10):  # bounded negative wait: the rogue server stays out
+        assert n3.http("/routez")["num_routes"] == 0
+        await asyncio.sleep(0.1)
+    await a.close()
+    await b.close()

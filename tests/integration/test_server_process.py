@@ -106,3 +106,108 @@ async def test_lame_duck_mode_on_sigusr2(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+# --- the command's edges: config check, busy ports, unusable store, reported version -------
+
+_REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str], timeout_s: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jetraft", "server", *args],
+        capture_output=True, text=True, timeout=timeout_s,
+    )
+
+
+def test_check_config_reports_and_exits(tmp_path: Path) -> None:
+    port = _free_port()
+    good = tmp_path / "good.conf"
+    good.write_text(f"listen: 127.0.0.1:{port}\njetstream {{ store_dir: {tmp_path / 'js'} }}\n")
+    for flag in ("-t", "--test"):
+        proc = _run([flag, "-c", str(good)])
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.strip() == f"jetraft: configuration file {good} is valid"
+    assert not (tmp_path / "js").exists()  # checked only: nothing started, nothing created
+    example = _REPO / "examples" / "single.conf"
+    assert _run(["-t", "-c", str(example)]).returncode == 0
+    bad = tmp_path / "bad.conf"
+    bad.write_text("listen: 127.0.0.1:4222\ncluster {\n  name: C1\n")
+    proc = _run(["-t", "-c", str(bad)])
+    assert proc.returncode == 1 and "bad.conf:4:" in proc.stderr and "Traceback" not in proc.stderr
+    # As nats-server's check, a field the server would not use fails it too.
+    odd = tmp_path / "odd.conf"
+    odd.write_text("listen: 127.0.0.1:4222\nfoo: 1\n")
+    proc = _run(["-t", "-c", str(odd)])
+    assert proc.returncode == 1 and "odd.conf:2:1: unknown field 'foo'" in proc.stderr
+    proc = _run(["-t"])
+    assert proc.returncode == 1 and "must specify [-c, --config]" in proc.stderr
+
+
+def test_a_busy_port_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        cases = {
+            "client connections": ["-p", str(port)],
+            "monitoring": ["-p", "-1", "-m", str(port)],
+            "routes": ["-p", "-1", "--cluster", f"nats://127.0.0.1:{port}", "--cluster_name", "X"],
+        }
+        for what, flags in cases.items():
+            proc = _run(["-a", "127.0.0.1", *flags])
+            assert proc.returncode == 1, proc.stderr
+            assert "Traceback" not in proc.stderr
+            errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("jetraft:")]
+            assert errors == [
+                f"jetraft: can't listen for {what} on 127.0.0.1:{port}: address already in use"
+            ]
+
+
+def test_an_unusable_store_dir_stops_the_start(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    cases = {
+        "/proc/jetraft-nope": "Can't start JetStream: could not create storage directory - "
+        "mkdir /proc/jetraft-nope: no such file or directory",
+        str(a_file): "Can't start JetStream: storage directory is not a directory",
+    }
+    for store, message in cases.items():
+        proc = _run(["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", store])
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr
+        assert f"jetraft: {message}" in proc.stderr.splitlines()
+
+
+async def test_reported_version_is_the_feature_level_implemented(tmp_path: Path) -> None:
+    """INFO and /varz say 2.11 (JetStream API level 1), so clients do not use 2.12 features
+    jetraft refuses; jetraft's own version stays visible in ``go``."""
+    import json
+    import urllib.request
+
+    import jetraft
+
+    port, http_port = _free_port(), _free_port()
+    proc = _start(["-a", "127.0.0.1", "-p", str(port), "-m", str(http_port), "-js",
+                   "-sd", str(tmp_path / "js")])
+    try:
+        _wait_listening(proc, port)
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        version = nc.connected_server_version
+        assert (version.major, version.minor) == (2, 11)
+        assert nc._server_info["go"] == f"jetraft {jetraft.__version__}"
+        reported = nc._server_info["version"]
+        info = json.loads((await nc.request("$JS.API.INFO", b"", timeout=5)).data)
+        assert info["api"]["level"] == 1
+        # What 2.12 would promise: atomic batch publish. jetraft says it does not have it.
+        create = {"name": "ATOMIC", "subjects": ["a"], "allow_atomic": True}
+        reply = await nc.request("$JS.API.STREAM.CREATE.ATOMIC", json.dumps(create).encode(),
+                                 timeout=5)
+        assert "not supported" in json.loads(reply.data)["error"]["description"]
+        await nc.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/varz", timeout=5) as r:
+            varz = json.loads(r.read())
+        assert varz["version"] == reported
+        assert varz["go"] == f"jetraft {jetraft.__version__}"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0

@@ -17,12 +17,7 @@ import nats.errors
 from jetraft.cli.errors import CliError
 from jetraft.cli.group import AliasGroup
 from jetraft.cli.options import add_flags
-
-# Sub-commands of `jetraft server` that administer servers; anything else after `server`
-# (flags, nothing) starts a server, as `jetraft server -c FILE` always has.
-SERVER_ADMIN_COMMANDS = frozenset(
-    {"ls", "list", "report", "cluster", "raft", "r", "check", "ping", "request", "req"}
-)
+from jetraft.cli.server_names import SERVER_ADMIN_COMMANDS  # noqa: F401  (re-exported)
 
 
 @click.group(

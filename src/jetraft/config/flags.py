@@ -110,7 +110,7 @@ _FLAGS: tuple[tuple[tuple[str, ...], str, Any, str], ...] = (
     (("tlscacert",), "tls_ca_cert", str, "client certificate CA for verification"),
     (("P", "pid"), "pid_file", str, "file to store the process id"),
     (("l", "log"), "log_file", str, "file to store logging output"),
-    (("t",), "check_config", "bool", "check the configuration and exit"),
+    (("t", "test"), "check_config", "bool", "check the configuration and exit"),
 )
 
 

@@ -148,6 +148,7 @@ def select_peers(
         if prefix:
             value = _unique_value(s.tags, prefix)
             if value in taken:
+                why.unique_tag = True  # its zone already has a replica
                 continue
             if value is not None:
                 taken.add(value)

@@ -601,15 +601,28 @@ class Stream:
 
     # --- recovery --------------------------------------------------------------------------
 
-    def reload(self, config: StreamConfig) -> None:
-        """The store's content was replaced (a replica installed a snapshot): take the
-        snapshot's config and rebuild what lives beside the store."""
+    def beside_store(self) -> tuple[list[tuple[str, int, int]], str, list[tuple[int, int]]]:
+        """What apply() keeps beside the store, for a replica's snapshot: the dedupe window
+        ((msg id, seq, ts) oldest first), the last Nats-Msg-Id, the TTL schedule. It cannot
+        be rebuilt from the store alone: messages that left the store still dedupe."""
+        dedupe = [(msg_id, seq, ts) for msg_id, (seq, ts) in self._dedupe.items()]
+        return dedupe, self.last_msg_id, list(self._ttl_heap)
+
+    def reload(
+        self,
+        config: StreamConfig,
+        dedupe: list[tuple[str, int, int]],
+        last_msg_id: str,
+        ttl: list[tuple[int, int]],
+    ) -> None:
+        """The store's content was replaced by a snapshot's: take the snapshot's config and
+        the state it kept beside the store (see ``beside_store``)."""
         self.config = config
         self.store.update_limits(limits_of(config))
-        self._dedupe.clear()
-        self.last_msg_id = ""
-        self._ttl_heap = []
-        self.recover()
+        self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
+        self.last_msg_id = last_msg_id
+        self._ttl_heap = [tuple(item) for item in ttl]  # type: ignore[misc]
+        heapq.heapify(self._ttl_heap)
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the

@@ -480,19 +480,33 @@ def handle_account_info(ctx: StreamApiContext, subject: str, reply: str, data: b
         else:
             storage += used
         consumers += ctx.consumer_count(stream.name)
-    stats = ctx.api_stats
+    return account_info_body(
+        memory, storage, len(ctx.streams), consumers, ctx.limits(), ctx.domain, ctx.api_stats
+    )
+
+
+def account_info_body(
+    memory: int,
+    storage: int,
+    streams: int,
+    consumers: int,
+    limits: dict[str, Any],
+    domain: str,
+    stats: ApiStats,
+) -> dict[str, Any]:
+    """$JS.API.INFO's answer as nats-server words it."""
     out: dict[str, Any] = {
         "type": _t("account_info_response"),
         "memory": memory,
         "storage": storage,
         "reserved_memory": 0,
         "reserved_storage": 0,
-        "streams": len(ctx.streams),
+        "streams": streams,
         "consumers": consumers,
-        "limits": ctx.limits(),
+        "limits": limits,
     }
-    if ctx.domain:
-        out["domain"] = ctx.domain
+    if domain:
+        out["domain"] = domain
     out["api"] = {"level": API_LEVEL, "total": stats.total, "errors": stats.errors}
     return out
 

@@ -358,14 +358,12 @@ class RaftCore:
         return False
 
     def step(self, m: Message) -> None:
-        if (
-            isinstance(m, VoteRequest)
-            and m.frm not in self.membership.voters
-            and not self.in_bootstrap
-        ):
-            # Only voters of our configuration may ask for votes: a removed replica that
-            # has not heard of its removal must not disrupt the group (not answering is
-            # always safe). Before any configuration exists, anyone may (see in_bootstrap).
+        if isinstance(m, VoteRequest) and self.log.removed_member(m.frm):
+            # A committed configuration removed it: a replica that has not heard of its
+            # removal must not disrupt the group (not answering is always safe). Only
+            # for removals we know are committed: a replica whose configuration is merely
+            # stale must still hear candidates it does not know yet, or a group whose
+            # newest voters hold the newest log could not elect anyone.
             return
         if m.term > self.term:
             if isinstance(m, VoteRequest):
@@ -558,9 +556,13 @@ class RaftCore:
             return cached
         if self.snapshot_source is None:
             return None
+        # The state machine holds only committed entries, possibly more than our commit
+        # index says (a self-durable one, after a restart). Only a leader sends
+        # snapshots, and a leader's log holds every committed entry: the term at that
+        # index in our log is the right one.
         index, data = self.snapshot_source()
         term = log.term(index)
-        if term is None or index > log.committed:
+        if term is None or self.role is not Role.LEADER:
             return None
         self._send_snap = Snapshot(SnapshotMeta(index, term, log.membership_at(index)), data)
         return self._send_snap

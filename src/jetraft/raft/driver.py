@@ -169,16 +169,7 @@ class Driver:
         # Index of the state machine's state. A self-durable one may hold more than the
         # log says is applied (it skips those entries when they are replayed).
         self._sm_index = self.core.log.applied
-        if isinstance(state_machine, DurableStateMachine):
-            held = state_machine.durable_index()
-            self._sm_index = max(self._sm_index, held)
-            log = self.core.log
-            if not self.core.corrupt and log.committed < held <= log.last_index:
-                # It applied them in an earlier life, so they were committed; the commit
-                # index we stored may lag (it is written with later Readys). Without this
-                # a leader could not offer its state to a follower until it committed
-                # again, and with followers that need a snapshot it never would.
-                log.commit_to(held)
+        self._adopt_held_state()
         self._inbox: list[Message] = []
         self._ticks_due = 0
         self._queued: list[tuple[Item, object]] = []  # proposals not yet in the log
@@ -206,6 +197,16 @@ class Driver:
         self._check_membership(self.core.log.membership_at(self.core.log.committed))
         if self._removed:
             self.state = State.REMOVED
+
+    def _adopt_held_state(self) -> None:
+        """A self-durable state machine may hold entries the log does not say are
+        committed (its commit index is written with later Readys), or a snapshot it
+        restored just before a crash while the log still holds another history there:
+        never commit the log's entries on its word, only start counting from what it
+        holds. As a leader it may offer that state to followers (see
+        RaftCore.sendable_snapshot): it holds nothing but committed entries."""
+        if self._durable is not None:
+            self._sm_index = max(self._sm_index, self._durable.durable_index())
 
     # ------------------------------------------------------------------ inputs
     @property

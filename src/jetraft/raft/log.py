@@ -122,6 +122,18 @@ class RaftLog:
             best = m
         return best
 
+    def removed_member(self, node: str) -> bool:
+        """Was `node` a member of a configuration we know, and removed by one that is
+        committed (and not added back since)?"""
+        def member(m: Membership) -> bool:
+            return node in m.voters or node in m.learners
+
+        if member(self.membership()) or member(self.membership_at(self.committed)):
+            return False
+        if member(self._base_membership):
+            return True
+        return any(member(m) for i, m in self._configs if i <= self.committed)
+
     def last_config_index(self) -> int:
         return self._configs[-1][0] if self._configs else self.offset
 

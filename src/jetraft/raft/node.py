@@ -13,8 +13,14 @@ time and I/O:
   node loses leadership, stops, is removed or fails, or after its deadline
   (ProposalTimeout: outcome unknown).
 
-StateMachine and DurableStateMachine (the contract a replicated state machine follows)
-are defined in driver.py and exported here.
+The state machine contract (StateMachine and DurableStateMachine, defined in driver.py
+and exported here): `apply(entry)` sees each committed NORMAL entry in index order and may
+read `entry.index`; after a restart the entries after the last snapshot are applied again.
+A state machine that keeps its state durably itself implements `durable_index()`: the
+node then compacts its log under an external marker (no snapshot bytes), asks
+`snapshot()` for the current state only when a follower needs it, requires `restore()`
+to be durable on return, never restores from the marker on restart, and the state
+machine skips replayed entries whose index it already holds.
 """
 
 from __future__ import annotations

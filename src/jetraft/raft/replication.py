@@ -222,7 +222,7 @@ def handle_append(core: RaftCore, m: AppendEntries) -> None:
     corrupt_term = 0
     if core.corrupt and core.repair_asked != core.term:
         core.repair_asked = core.term
-        corrupt_term = core.repair_term
+        corrupt_term = max(core.repair_term, 1)  # 0 says "not damaged"; a lost log is term 0
     hint_index, hint_term = log.find_conflict_by_term(
         min(m.prev_index, log.last_index), m.prev_term
     )
@@ -240,6 +240,17 @@ def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
     # AppendEntries verified in this term.
     log.commit_to(min(m.commit, core.verified if core.corrupt else log.last_index))
     core.msgs.append(HeartbeatResponse(core.term, core.id, m.frm))
+    if core.corrupt and core.repair_asked != core.term:
+        # A damaged replica tells the leader at its first contact of the term, heartbeats
+        # included: an idle group sends no AppendEntries that would prompt the report.
+        core.repair_asked = core.term
+        last, last_term = log.last_index, log.last_term
+        core.msgs.append(
+            AppendResponse(
+                core.term, core.id, m.frm, last, True, last, last_term,
+                max(core.repair_term, 1),
+            )
+        )
     _check_repaired(core)
 
 

@@ -46,6 +46,10 @@ def _member(conf: Path) -> Member:
     return Member(conf, f"nats://{host}:{cfg.port}", http, label=cfg.server_name or conf.stem)
 
 
+# Serving clients, whatever JetStream's state (the full /healthz also wants a meta leader).
+_SERVING = "/healthz?js-server-only=true"
+
+
 def _get(url: str) -> dict[str, object] | None:
     try:
         with urllib.request.urlopen(url, timeout=1) as resp:
@@ -84,7 +88,7 @@ def run(confs: list[Path]) -> int:
     while not stop and any(m.proc is not None for m in members):
         for key, _ in sel.select(timeout=0.2):
             _pump(key.data, sel)
-        if not announced_urls and all(m.http_url and _get(m.http_url + "/healthz")
+        if not announced_urls and all(m.http_url and _get(m.http_url + _SERVING)
                                       for m in members):
             announced_urls = True
             urls = ",".join(m.client_url for m in members)

@@ -6,8 +6,10 @@ import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 
-from jetraft.config import ConfigError, ServerConfig, build_config
+from jetraft.config import ConfigError, ServerConfig, build_config, load_config, parse_args
+from jetraft.server.core.startup import StartError
 from jetraft.server.server import Server
 
 log = logging.getLogger("jetraft")
@@ -22,7 +24,7 @@ def _setup_logging(cfg: ServerConfig) -> None:
     )
 
 
-async def serve(cfg: ServerConfig) -> None:
+async def serve(cfg: ServerConfig) -> int:
     server = Server(cfg)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -37,15 +39,40 @@ async def serve(cfg: ServerConfig) -> None:
         task.add_done_callback(lambda _: stop.set())
 
     loop.add_signal_handler(signal.SIGUSR2, lame_duck)
-    await server.start()
+    try:
+        await server.start()
+    except StartError as exc:
+        print(f"jetraft: {exc}", file=sys.stderr)
+        await server.stop()  # whatever had started (routes, JetStream) stops cleanly
+        return 1
     await stop.wait()
     log.info("Initiating Shutdown...")
     await server.stop()
     log.info("Server Exiting..")
+    return 0
+
+
+def check_config(path: Path | None) -> int:
+    """``-t``: read the configuration as a start would, report, exit. Like nats-server's
+    check, warnings (unknown or ignored fields) fail it too."""
+    if path is None:
+        print("jetraft: must specify [-c, --config] option to check configuration file syntax",
+              file=sys.stderr)
+        return 1
+    cfg = load_config(path)
+    for warning in cfg.warnings:
+        print(f"jetraft: {warning}", file=sys.stderr)
+    if cfg.warnings:
+        return 1
+    print(f"jetraft: configuration file {path} is valid", file=sys.stderr)
+    return 0
 
 
 def main(argv: list[str]) -> int:
     try:
+        path, flags = parse_args(argv)
+        if flags.check_config:
+            return check_config(path)
         cfg = build_config(argv)
     except ConfigError as exc:
         print(f"jetraft: configuration error: {exc}", file=sys.stderr)
@@ -56,7 +83,5 @@ def main(argv: list[str]) -> int:
     try:
         import uvloop
     except ImportError:
-        asyncio.run(serve(cfg))
-    else:
-        uvloop.run(serve(cfg))
-    return 0
+        return asyncio.run(serve(cfg))
+    return int(uvloop.run(serve(cfg)))

@@ -8,23 +8,31 @@ import random
 import secrets
 import ssl
 import time
+from pathlib import Path
 from typing import Any
 
 import jetraft
 from jetraft.config import ServerConfig
+from jetraft.jetstream.api import API_LEVEL
 from jetraft.protocol import client as proto
 from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.core.accounts import Account, AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 from jetraft.server.core.router import Router, totals
+from jetraft.server.core.startup import check_store_dir, listen_error
 from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
+from jetraft.server.monitor import MonitorData, MonitorServer, SystemRequests
 
 log = logging.getLogger("jetraft.server")
 
-# Clients gate features on the reported version (nats-py needs >= 2.9 for the named consumer
-# API), so we report the nats-server protocol level we implement, not our package version.
-NATS_COMPAT_VERSION = "2.11.0"
+# INFO's and /varz's ``version`` is the nats-server feature level jetraft implements, not the
+# package version (that one is in ``go``): clients gate features on it (nats-py needs >= 2.9
+# for the named consumer API; 2.12 gates atomic batch publish, message schedules, counters and
+# mirror promotion, which jetraft refuses). It follows the JetStream API level served, which is
+# what nats-server ties to each release: level 1 is 2.11.
+_VERSION_OF_API_LEVEL = {1: "2.11.0", 2: "2.12.0"}
+NATS_COMPAT_VERSION = _VERSION_OF_API_LEVEL[API_LEVEL]
 INTERNAL_ACCOUNT = "$JSC"
 _ID_ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 
@@ -52,7 +60,9 @@ class Server:
         if config.tls is not None:
             self.tls_context = make_server_context(config.tls)
         self.client_port = config.port
-        self.monitor: Any = None
+        self.monitoring = MonitorData(self)  # the data; served over HTTP and $SYS requests
+        self.monitor: MonitorServer | None = None  # the HTTP endpoint, when configured
+        self.sys_requests = SystemRequests(self, self.monitoring)
         self.in_lame_duck = False
         self._upgrade_after_info = False
         self._tasks: set[asyncio.Future[None]] = set()  # strong refs to background tasks
@@ -77,12 +87,17 @@ class Server:
         cfg = self.config
         if cfg.cluster is not None:
             self.mesh = RouteMesh(self)
-            await self.mesh.start()
+            try:
+                await self.mesh.start()
+            except OSError as exc:
+                raise listen_error("routes", cfg.cluster.host, cfg.cluster.port, exc) from None
         if cfg.jetstream is not None:
+            check_store_dir(Path(cfg.jetstream.store_dir) / "jetstream")
             from jetraft.server.js.manager import JetStreamManager
 
             self.jetstream = JetStreamManager(self)
             await self.jetstream.start()
+        self.sys_requests.start()
         # Port -1 asks for any free port (nats-server's RANDOM_PORT).
         port = 0 if cfg.port < 0 else cfg.port
         # handshake_first: TLS starts before INFO (nats-py's tls_handshake_first); otherwise
@@ -90,24 +105,29 @@ class Server:
         handshake_first = self.tls_context is not None and cfg.tls is not None and (
             cfg.tls.handshake_first
         )
-        srv = await self._loop.create_server(
-            self._new_client,
-            cfg.host,
-            port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=self.tls_context if handshake_first else None,
-        )
+        try:
+            srv = await self._loop.create_server(
+                self._new_client,
+                cfg.host,
+                port,
+                reuse_address=True,
+                backlog=1024,
+                ssl=self.tls_context if handshake_first else None,
+            )
+        except OSError as exc:
+            raise listen_error("client connections", cfg.host, cfg.port, exc) from None
         self._upgrade_after_info = self.tls_context is not None and not handshake_first
         self._servers.append(srv)
         if port == 0 and srv.sockets:
             self.client_port = srv.sockets[0].getsockname()[1]
         log.info("Listening for client connections on %s:%d", cfg.host, self.client_port)
         if cfg.http_port != 0:
-            from jetraft.server.monitor import MonitorServer
-
-            self.monitor = MonitorServer(self)
-            await self.monitor.start(cfg.http_host or cfg.host, max(cfg.http_port, 0))
+            self.monitor = MonitorServer(self.monitoring)
+            http_host = cfg.http_host or cfg.host
+            try:
+                await self.monitor.start(http_host, max(cfg.http_port, 0))
+            except OSError as exc:
+                raise listen_error("monitoring", http_host, cfg.http_port, exc) from None
         self._ping_task = asyncio.create_task(self._ping_loop())
         log.info("Server is ready (id %s, name %s)", self.server_id, self.name)
 
@@ -120,6 +140,7 @@ class Server:
             self._ping_task.cancel()
         if self.monitor is not None:
             await self.monitor.stop()
+        self.sys_requests.stop()
         if self.jetstream is not None:
             await self.jetstream.stop()
         if self.mesh is not None:
@@ -324,8 +345,7 @@ class Server:
         if conn.connected:
             conn.account.num_connections -= 1
         conn.remove_all_subs()
-        if self.monitor is not None:
-            self.monitor.remember_closed(conn)
+        self.monitoring.remember_closed(conn)
 
     def totals(self) -> AccountStats:
         return totals(list(self.auth.accounts.values()))

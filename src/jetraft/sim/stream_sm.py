@@ -100,15 +100,14 @@ class StreamStateMachine:
         while msg is not None:
             h.update(repr(msg).encode())
             msg = store.load_next(msg.seq + 1)
-        h.update(repr(list(self.stream._dedupe.items())).encode())
-        h.update(self.stream.last_msg_id.encode())
+        h.update(repr(self.stream.beside_store()).encode())
 
     def snapshot(self) -> bytes:
         s = self.stream
+        dedupe, last_msg_id, ttl = s.beside_store()
         return _enc.encode(_Snap(
             self._index, self._digest, s.config, list(s.store.snapshot()),
-            [(k, v[0], v[1]) for k, v in s._dedupe.items()], s.last_msg_id,
-            list(s._ttl_heap),
+            dedupe, last_msg_id, ttl,
         ))
 
     def restore(self, data: bytes) -> None:
@@ -116,10 +115,7 @@ class StreamStateMachine:
         store = MemoryStore()
         store.restore(snap.store)
         s = Stream(snap.config, store, created_ns=T0)
-        for k, seq, ts in snap.dedupe:
-            s._dedupe[k] = (seq, ts)
-        s.last_msg_id = snap.last_msg_id
-        s._ttl_heap = [(at, seq) for at, seq in snap.ttl_heap]
+        s.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl_heap)
         self.stream = s
         self._index = snap.index
         self._digest = snap.digest

@@ -32,7 +32,7 @@ from jetraft.jetstream.consumer_config import ConsumerConfig, StreamFacts, apply
 from jetraft.jetstream.store import FileStore, StoreCorruption
 from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import MemDisk, SimulatedCrash
-from jetraft.server.js.consumer_runtime import write_state
+from jetraft.server.js.consumer_env import write_state
 
 ROOT = "/js/S"
 STATE = Path(ROOT) / "obs" / "C" / "consumer.dat"

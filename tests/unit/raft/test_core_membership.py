@@ -132,3 +132,28 @@ def test_damaged_replica_moves_to_a_new_term_and_votes_carefully() -> None:
     votes = [m for m in rd.messages if isinstance(m, VoteResponse)]
     assert [(v.to, v.granted) for v in votes] == [("b", False), ("a", True)]
     assert rd.hard_state == HardState(5, "a", 0)
+
+
+def test_a_voter_with_a_stale_configuration_still_hears_new_voters() -> None:
+    """Found by the simulator (seed 70000818): c missed the entries that added and
+    promoted d; with the leader gone, d (holding the newest log) must get c's vote."""
+    c = RaftCore("c", RaftConfig(election_ticks=10), random.Random(1), peers=("a", "b", "c"))
+    c.step(VoteRequest(2, "d", "c", 5, 1, pre_vote=True))
+    rd = c.ready()
+    assert VoteResponse(2, "c", "d", True, True) in rd.messages
+    c.advance(rd)
+
+
+def test_a_replica_removed_by_a_committed_configuration_is_not_answered() -> None:
+    c = Cluster("abc")
+    c.elect("a")
+    c.nodes["a"].core.change_membership(MembershipChange(ChangeKind.REMOVE, "c"))
+    c.process("a")
+    c.stabilize()
+    c.tick("a")
+    c.stabilize()
+    b = c.nodes["b"].core
+    assert b.log.removed_member("c") and not b.log.removed_member("a")
+    b.elapsed = 100  # no lease: only the removal keeps c from being answered
+    b.step(VoteRequest(b.term + 1, "c", "b", 100, b.term, pre_vote=True))
+    assert not [m for m in b.msgs if m.to == "c"]

@@ -178,6 +178,13 @@ class Faults:
                 del self.damaged[other]
         if nid in self.damaged:
             return True
+        configs = {node.driver.core.membership.voters for node in w.nodes.values()
+                   if node.driver is not None}
+        if len(configs) > 1:
+            # A membership change is in flight: a replica out of its own newest
+            # configuration neither campaigns nor votes for shorter logs, and may be the
+            # one whose vote a quorum needs. Damage now could exceed what a quorum repairs.
+            return False
         # The smallest configuration any replica knows of (with no leader, the group may
         # be about to commit any of them).
         voters = w.cfg.nodes
@@ -254,7 +261,7 @@ class Faults:
     def _change_membership(self) -> None:
         w = self.w
         lead = w.leader()
-        if lead is None:
+        if lead is None or self.damaged:  # see _may_damage
             return
         d = w.nodes[lead].driver
         assert d is not None

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import hmac
 import ipaddress
 import logging
@@ -34,13 +33,12 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-import bcrypt
-
 import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import route as rp
 from jetraft.server.cluster.route_conn import PeerInfo, RouteConnection
 from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.auth import password_matches
 from jetraft.server.core.router import Router
 from jetraft.server.core.tls import make_client_context, make_server_context
 
@@ -289,19 +287,7 @@ class RouteMesh:
         return ""
 
     def _password_ok(self, given: str) -> bool:
-        secret = self.cfg.password
-        if not secret.startswith(("$2a$", "$2b$", "$2y$")):
-            return hmac.compare_digest(secret.encode(), given.encode())
-        key = hashlib.sha256(secret.encode() + b"\0" + given.encode()).digest()
-        if key in self._verified:
-            return True
-        try:
-            ok = bcrypt.checkpw(given.encode(), secret.encode())
-        except ValueError:
-            return False
-        if ok:
-            self._verified.add(key)
-        return ok
+        return password_matches(self.cfg.password, given, self._verified)
 
     def advertise_url(self) -> str:
         if self.cfg.advertise:

@@ -35,6 +35,24 @@ def _is_bcrypt(secret: str) -> bool:
     return secret.startswith(("$2a$", "$2b$", "$2y$"))
 
 
+def password_matches(secret: str, given: str, verified: set[bytes]) -> bool:
+    """Does ``given`` match ``secret`` (plain text or a bcrypt hash)? Successful bcrypt
+    checks are remembered in ``verified`` by a digest of (hash, password): reconnect
+    storms would otherwise cost ~0.2 s of CPU each at bcrypt cost 11."""
+    if not _is_bcrypt(secret):
+        return hmac.compare_digest(secret.encode(), given.encode())
+    key = hashlib.sha256(secret.encode() + b"\0" + given.encode()).digest()
+    if key in verified:
+        return True
+    try:
+        ok = bcrypt.checkpw(given.encode(), secret.encode())
+    except ValueError:
+        return False
+    if ok:
+        verified.add(key)
+    return ok
+
+
 class Authenticator:
     """Decides who a CONNECT is. bcrypt checks are slow, so callers run them off the loop.
 
@@ -66,6 +84,11 @@ class Authenticator:
         if cfg.operator is not None:
             self.operator = OperatorAuthority(cfg.operator, self.accounts, clock)
         self.system_account_name = cfg.system_account or ""
+        # The system account exists even when no config block names it (nats-server's
+        # default "$SYS"): server requests and cluster traffic use it; nobody can log in to
+        # it without a user of its own. ``no_system_account`` leaves the name empty.
+        if self.system_account_name:
+            self.accounts.setdefault(self.system_account_name, Account(self.system_account_name))
         self.no_auth_user = cfg.no_auth_user or ""
         if self.no_auth_user and not (
             self.no_auth_user in self.users or self.no_auth_user in self.nkeys
@@ -166,17 +189,4 @@ class Authenticator:
         return allowed(users[name]) if name else None
 
     def _check(self, secret: str, given: str) -> bool:
-        if not _is_bcrypt(secret):
-            return hmac.compare_digest(secret.encode(), given.encode())
-        # Cache successful checks by a digest of (hash, password): reconnect storms would
-        # otherwise cost ~0.2 s of CPU each at bcrypt cost 11.
-        key = hashlib.sha256(secret.encode() + b"\0" + given.encode()).digest()
-        if key in self._verified:
-            return True
-        try:
-            ok = bcrypt.checkpw(given.encode(), secret.encode())
-        except ValueError:
-            return False
-        if ok:
-            self._verified.add(key)
-        return ok
+        return password_matches(secret, given, self._verified)

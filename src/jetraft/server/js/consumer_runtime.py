@@ -13,12 +13,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from jetraft.jetstream import consumer_state
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
@@ -28,7 +25,6 @@ from jetraft.jetstream.consumer import (
     ConsumerCore,
     Delivered,
     Entry,
-    MsgSource,
     Nakked,
     Progress,
 )
@@ -43,13 +39,16 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
-from jetraft.jetstream.store.cipher import RecordCipher
-from jetraft.jetstream.store.disk import StoreDisk
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.core.accounts import Account
-from jetraft.server.core.internal import InternalClient
-from jetraft.server.core.router import Router
-from jetraft.server.js.commit import Callback, CommitQueue, Durable, Prepared, collect
+from jetraft.server.js.commit import CommitQueue, Durable, Prepared, collect
+from jetraft.server.js.consumer_env import (
+    ConsumerOwner,
+    Replicator,
+    deliver_as,
+    has_interest,
+    headers_only,
+    write_state,
+)
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -71,91 +70,6 @@ def now_ns() -> int:
 def _ascii_digits(text: str) -> bool:
     # Not str.isdigit() alone: it accepts "²", which int() refuses.
     return text.isascii() and text.isdigit()
-
-
-@dataclass(slots=True)
-class ConsumerEnv:
-    router: Router
-    account: Account
-    rng: random.Random
-
-
-class ConsumerOwner(Protocol):
-    """The consumer set of one stream (``consumers.StreamConsumers`` provides it)."""
-
-    @property
-    def env(self) -> ConsumerEnv: ...
-
-    @property
-    def retention(self) -> str: ...
-
-    @property
-    def persistent(self) -> bool: ...
-
-    def source(self) -> MsgSource: ...
-
-    def consumer_ack(self, seq: int) -> None: ...
-
-    def new_client(self, name: str) -> InternalClient: ...
-
-    def state_path(self, name: str) -> Path | None: ...
-
-    @property
-    def disk(self) -> StoreDisk: ...
-
-    @property
-    def cipher(self) -> RecordCipher | None:
-        """The stream's record cipher (encryption at rest), None when stored in clear."""
-        ...
-
-    def disk_gate(self, name: str) -> asyncio.Future[None] | None:
-        """Done once a deleted consumer of that name no longer touches its files."""
-        ...
-
-    def delete(self, name: str) -> bool: ...
-
-
-class Replicator(Durable, Protocol):
-    """A clustered consumer's RAFT group: entries are proposed to it and applied to the
-    consumer's state machine once committed (on every replica, this one included)."""
-
-    def propose(self, entry: Entry) -> None: ...
-
-    def after_durable(self, callback: Callback) -> None: ...
-
-
-# --- routing helpers -----------------------------------------------------------------------
-
-
-def has_interest(account: Account, subject: str) -> bool:
-    m = account.sublist.match(subject)
-    return bool(m.plain or m.queues)
-
-
-def deliver_as(
-    env: ConsumerEnv, dsubj: str, subject: str, reply: str | None, hdr: bytes | None, data: bytes
-) -> int:
-    """Route by ``dsubj`` but show the client the message's own ``subject`` (nats-server's
-    delivery of stream messages). Returns how many subscriptions got it."""
-    return env.router.route_message(None, env.account, subject, reply, hdr, data, route_by=dsubj)
-
-
-def headers_only(hdr: bytes | None, data: bytes) -> bytes:
-    """The stored headers plus ``Nats-Msg-Size``, for headers_only consumers."""
-    line = f"Nats-Msg-Size: {len(data)}\r\n\r\n".encode()
-    if not hdr:
-        return b"NATS/1.0\r\n" + line
-    return hdr[:-2] + line
-
-
-# --- persistence ---------------------------------------------------------------------------
-
-
-def write_state(disk: StoreDisk, path: Path, blob: bytes) -> None:
-    """Replace the state file crash-safely (a worker thread; ``Disk.write_atomic``: temp
-    file, fsync, rename, directory fsync). Creates the consumer's directory when new."""
-    disk.makedirs(str(path.parent))
-    disk.write_atomic(str(path), blob)
 
 
 class ConsumerRuntime:

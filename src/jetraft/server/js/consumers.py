@@ -41,7 +41,8 @@ from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import OS_DISK, StoreDisk, remove_dir
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.commit import note_job
-from jetraft.server.js.consumer_runtime import STATE_FILE, ConsumerEnv, ConsumerRuntime
+from jetraft.server.js.consumer_env import ConsumerEnv
+from jetraft.server.js.consumer_runtime import STATE_FILE, ConsumerRuntime
 
 if TYPE_CHECKING:
     from jetraft.jetstream.store.types import StreamStore

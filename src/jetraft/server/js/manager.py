@@ -18,17 +18,15 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import (
     ApiStats,
     ApiTable,
-    RawReply,
-    StatusReply,
     build_table,
     error_response,
     normalise_subject,
@@ -43,12 +41,11 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 from jetraft.server.js.commit import collect
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
-from jetraft.server.js.replies import send_slices
+from jetraft.server.js.replies import send_response
 from jetraft.server.js.store_glue import (
     TRASH_PREFIX,
     Encryption,
@@ -64,6 +61,9 @@ from jetraft.server.js.store_glue import (
     write_meta,
 )
 from jetraft.server.js.streams import StreamRuntime
+
+if TYPE_CHECKING:
+    from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 
 log = logging.getLogger("jetraft.js")
 
@@ -203,18 +203,7 @@ class JsAccount:
         return error_response(kind, E.api_error(_FAILURE_CODES.get(kind, 10051), err=str(exc)))
 
     def _send(self, reply: str, out: Any) -> None:
-        publish = self.api_client.publish
-        if isinstance(out, dict):
-            publish(reply, encode_json(out))
-        elif isinstance(out, RawReply):
-            publish(reply, out.data, None, out.hdr)
-        elif isinstance(out, StatusReply):
-            publish(reply, b"", None, encode_headers((), out.status, out.description))
-        elif isinstance(out, list):
-            for item in out:
-                publish(reply, item.data, None, item.hdr)
-        elif isinstance(out, Iterator):
-            send_slices(self.api_client, reply, out)
+        send_response(self.api_client, reply, out)
 
     @property
     def max_pending(self) -> int:
@@ -416,6 +405,9 @@ class JetStreamManager:
                 self.disabled.append(DisabledAccount(self.server, account))
 
     async def _start_clustered(self) -> None:
+        # Imported here: a single server does not need the cluster's modules at all.
+        from jetraft.server.js.clustered.jetstream import ClusteredJetStream
+
         cfg, accounts = self.server.config, self.server.auth.accounts
         enabled = enabled_accounts(cfg, accounts)
         clustered = ClusteredJetStream(self.server, enabled)
@@ -464,77 +456,67 @@ class JetStreamManager:
             api_errors += acct.table.stats.errors
             if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
                 details.append(self._account_detail(name, acct, usage, q))
+        out = self._jsz_body(
+            totals, len(self.accounts), 0, api_total, api_errors
+        )
+        if details:
+            out["account_details"] = details
+        return out
+
+    def _jsz_body(
+        self, totals: dict[str, int], accounts: int, ha_assets: int, api_total: int,
+        api_errors: int,
+    ) -> dict[str, Any]:
+        """/jsz's common part: config, usage totals, API counters."""
         from jetraft.jetstream.api import API_LEVEL
 
+        js = self.config
         out: dict[str, Any] = {
             "server_id": self.server.server_id,
             "now": format_time(time.time_ns()),
             "config": {
-                "max_memory": self.config.max_memory_store,
-                "max_storage": self.config.max_file_store,
-                "store_dir": str(Path(self.config.store_dir) / "jetstream"),
-                "sync_interval": self.config.sync_interval_ns,
+                "max_memory": js.max_memory_store,
+                "max_storage": js.max_file_store,
+                "store_dir": str(Path(js.store_dir) / "jetstream"),
+                "sync_interval": js.sync_interval_ns,
             },
             "limits": {},
             "memory": totals["memory"],
             "storage": totals["storage"],
             "reserved_memory": 0,
             "reserved_storage": 0,
-            "accounts": len(self.accounts),
-            "ha_assets": 0,
+            "accounts": accounts,
+            "ha_assets": ha_assets,
             "api": {"level": API_LEVEL, "total": api_total, "errors": api_errors},
             "streams": totals["streams"],
             "consumers": totals["consumers"],
             "messages": totals["messages"],
             "bytes": totals["bytes"],
         }
-        if self.config.domain:
-            out["config"]["domain"] = self.config.domain
-        if details:
-            out["account_details"] = details
+        if js.domain:
+            out["config"]["domain"] = js.domain
+        if js.unique_tag:
+            out["config"]["unique_tag"] = js.unique_tag
         return out
 
     def _clustered_jsz(self, cl: ClusteredJetStream, q: Mapping[str, str]) -> dict[str, Any]:
-        memory = storage = messages = nbytes = 0
+        """This server's replicas (what it stores), the meta group as it sees it."""
+        totals = dict.fromkeys(("memory", "storage", "messages", "bytes"), 0)
         for replica in cl.streams.values():
             st = replica.stream.store.state()
-            messages += st.msgs
-            nbytes += st.bytes
-            if replica.stream.config.storage == "memory":
-                memory += st.bytes
-            else:
-                storage += st.bytes
+            totals["messages"] += st.msgs
+            totals["bytes"] += st.bytes
+            totals["memory" if replica.stream.config.storage == "memory" else "storage"] += (
+                st.bytes
+            )
+        totals["streams"], totals["consumers"] = len(cl.streams), len(cl.consumers)
+        ha = sum(len(r.sa.peers) > 1 for r in cl.streams.values()) + sum(
+            len(c.ca.peers) > 1 for c in cl.consumers.values()
+        )
         total = sum(api.stats.total for api in cl.apis.values())
         errors = sum(api.stats.errors for api in cl.apis.values())
-        from jetraft.jetstream.api import API_LEVEL
-
-        out: dict[str, Any] = {
-            "server_id": self.server.server_id,
-            "now": format_time(time.time_ns()),
-            "config": {
-                "max_memory": self.config.max_memory_store,
-                "max_storage": self.config.max_file_store,
-                "store_dir": str(Path(self.config.store_dir) / "jetstream"),
-                "sync_interval": self.config.sync_interval_ns,
-            },
-            "limits": {},
-            "memory": memory,
-            "storage": storage,
-            "reserved_memory": 0,
-            "reserved_storage": 0,
-            "accounts": len(cl.apis),
-            "ha_assets": sum(1 for r in cl.streams.values() if len(r.sa.peers) > 1),
-            "api": {"level": API_LEVEL, "total": total, "errors": errors},
-            "streams": len(cl.streams),
-            "consumers": 0,
-            "messages": messages,
-            "bytes": nbytes,
-            "meta_cluster": cl.meta_cluster(),
-        }
-        if self.config.domain:
-            out["config"]["domain"] = self.config.domain
-        if self.config.unique_tag:
-            out["config"]["unique_tag"] = self.config.unique_tag
+        out = self._jsz_body(totals, len(cl.apis), ha, total, errors)
+        out["meta_cluster"] = cl.meta_cluster()
         if q.get("accounts") in ("1", "true") or q.get("streams") in ("1", "true"):
             out["account_details"] = cl.account_details(q.get("streams") in ("1", "true"))
         return out

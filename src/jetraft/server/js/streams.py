@@ -51,6 +51,7 @@ from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.commit import CommitQueue, Prepared, note_job
 from jetraft.server.js.consumers import ConsumerEnv, StreamConsumers
+from jetraft.server.js.expiry import ExpiryTimer
 from jetraft.server.js.store_glue import CONSUMERS_DIR, prepare_sync, remove_stream_dir
 
 log = logging.getLogger("jetraft.js.streams")
@@ -104,8 +105,7 @@ class StreamRuntime:
         self._update_mode()
         self._expiry_scheduled = False
         self._lazy_timer: asyncio.TimerHandle | None = None
-        self._expire_timer: asyncio.TimerHandle | None = None
-        self._expire_due_ns = 0
+        self.expiry = ExpiryTimer(lambda: self._stream, self._expire)
 
     # --- identity ----------------------------------------------------------------------------
 
@@ -180,9 +180,9 @@ class StreamRuntime:
     def _stop_intake(self) -> None:
         self.closed = True
         self.client.close()
-        for timer in (self._lazy_timer, self._expire_timer):
-            if timer is not None:
-                timer.cancel()
+        self.expiry.cancel()
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         self.stream.remove_observer(self)
 
     async def close(self) -> None:
@@ -296,23 +296,12 @@ class StreamRuntime:
     # --- expiry ------------------------------------------------------------------------------
 
     def _arm_expiry(self) -> None:
-        due = self.stream.next_expiry_ns()
-        if due is None or self.closed:
-            return
-        if self._expire_timer is not None:
-            if self._expire_due_ns <= due:
-                return
-            self._expire_timer.cancel()
-        self._expire_due_ns = due
-        delay_s = max(due - now_ns(), 0) / 1e9 + 0.001
-        self._expire_timer = self.loop.call_later(delay_s, self._on_expire)
+        if not self.closed:
+            self.expiry.arm()
 
-    def _on_expire(self) -> None:
-        self._expire_timer = None
-        if self.closed:
-            return
-        self.propose(Expire(now_ns()))
-        self._arm_expiry()
+    def _expire(self, now: int) -> None:
+        if not self.closed:
+            self.propose(Expire(now))
 
     # --- StreamObserver: removals outside the publish path still need a commit -------------
 

@@ -47,7 +47,8 @@ from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from jetraft.server.js.commit import Callback, join_request
-from jetraft.server.js.consumer_runtime import ConsumerEnv, ConsumerRuntime
+from jetraft.server.js.consumer_env import ConsumerEnv
+from jetraft.server.js.consumer_runtime import ConsumerRuntime
 
 log = logging.getLogger("jetraft.js.consumer")
 
@@ -126,8 +127,8 @@ class ConsumerReplica:
 
     # --- lifecycle ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        await self.group.start()
+    async def start(self, *, known: bool = False) -> None:
+        await self.group.start(known=known)
 
     async def stop(self) -> None:
         self._close(deleted=False)

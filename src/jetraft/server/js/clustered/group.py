@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import logging
 import random
@@ -93,22 +94,35 @@ class RaftGroup:
         self._last_leader = ""
         self.corrupt = ""
         self.removed = False  # the group committed a configuration without us
+        self.recovered_last = 0  # last log index found on disk at start (replays up to it)
         self.failed = ""  # the node stopped on a storage error
 
     @property
     def dir(self) -> Path:
         return self.host.raft_dir(self.group)
 
-    async def start(self) -> None:
+    async def start(self, *, known: bool = False) -> None:
+        """``known``: the group existed before this server started (its assignment was
+        replayed from the meta log); an empty log then means this server lost its copy,
+        and it rejoins as a damaged replica: it neither votes nor campaigns until its
+        leader has repaired it, so what it forgot can never be decided by its vote."""
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
+        last = recovered.entries[-1].index if recovered.entries else 0
+        snap = recovered.snapshot.meta.index if recovered.snapshot is not None else 0
+        self.recovered_last = max(last, snap, recovered.hard_state.commit)
+        empty = not recovered.entries and recovered.snapshot is None and not (
+            recovered.hard_state.term
+        )
+        if known and empty and recovered.corrupt is None:
+            log.warning("RAFT group %s: no log on disk although the group exists; "
+                        "rejoining as a damaged replica, repaired from its peers", self.group)
+            recovered = dataclasses.replace(recovered, corrupt="log lost")
         if recovered.corrupt:
             self.corrupt = recovered.corrupt
             log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
                       recovered.corrupt)
         self.wal = wal
-        fresh = not recovered.entries and recovered.snapshot is None and not (
-            recovered.hard_state.term
-        )
+        fresh = empty and not known
         self.node = RaftNode(
             self.host.server_name,
             self.peers,

@@ -25,7 +25,7 @@ import shutil
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
@@ -41,11 +41,9 @@ from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
 from jetraft.raft.node import Ticker
 from jetraft.raft.ready import RaftError
-from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.cluster.raftnet import RaftNet
 from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import Account
-from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
@@ -59,38 +57,12 @@ from jetraft.server.js.clustered.subjects import (
     INFO_SUBJECT,
     RETIRE_SUBJECT,
 )
+from jetraft.server.js.host import JsHost
 
 log = logging.getLogger("jetraft.js.cluster")
 
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
-
-
-class ClusterServer(Protocol):
-    """What clustered JetStream needs from its server (``server.Server`` provides it)."""
-
-    @property
-    def config(self) -> ServerConfig: ...
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def server_id(self) -> str: ...
-
-    @property
-    def router(self) -> Router: ...
-
-    @property
-    def auth(self) -> Authenticator: ...
-
-    @property
-    def mesh(self) -> RouteMesh | None: ...
-
-    @property
-    def internal_account(self) -> Account: ...
-
-    def account_named(self, name: str) -> Account | None: ...
 
 
 def expected_cluster_size(config: ServerConfig) -> int:
@@ -101,7 +73,7 @@ def expected_cluster_size(config: ServerConfig) -> int:
 
 
 class ClusteredJetStream:
-    def __init__(self, server: ClusterServer, accounts: list[Account]) -> None:
+    def __init__(self, server: JsHost, accounts: list[Account]) -> None:
         mesh = server.mesh
         js_cfg = server.config.jetstream
         assert mesh is not None and js_cfg is not None and server.config.cluster is not None
@@ -121,7 +93,7 @@ class ClusteredJetStream:
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
         self.system_api: SystemApi | None = None
-        self._changes: asyncio.Queue[Change] = asyncio.Queue()
+        self._changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
         self._change_task: asyncio.Task[None] | None = None
         self.rng = random.Random()
         self.peer_facts: dict[str, PeerInfo] = {}
@@ -217,9 +189,9 @@ class ClusteredJetStream:
     def is_online(self, server: str) -> bool:
         return server == self.server.name or server in self.mesh.by_name
 
-    def meta_changed(self, changes: list[Change]) -> None:
+    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
         for change in changes:
-            self._changes.put_nowait(change)
+            self._changes.put_nowait((change, replay))
 
     def meta_leader_changed(self, leader: str) -> None:
         pass
@@ -266,16 +238,16 @@ class ClusteredJetStream:
 
     async def _process_changes(self) -> None:
         while True:
-            change = await self._changes.get()
+            change, replay = await self._changes.get()
             try:
                 if isinstance(change, StreamChanged):
-                    await self._stream_changed(change)
+                    await self._stream_changed(change, replay)
                 elif isinstance(change, ConsumerChanged):
-                    await self._consumer_changed(change)
+                    await self._consumer_changed(change, replay)
             except Exception:
                 log.exception("JetStream cluster: applying %s failed", change)
 
-    async def _stream_changed(self, change: StreamChanged) -> None:
+    async def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.streams.get(key)
@@ -310,10 +282,10 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = StreamReplica(self, new, joining=joining)
         self.streams[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
         self._serve_direct(replica)
 
-    async def _consumer_changed(self, change: ConsumerChanged) -> None:
+    async def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
         me = self.server.name
         key, new = change.key, change.new
         replica = self.consumers.get(key)
@@ -348,7 +320,7 @@ class ClusteredJetStream:
         joining = change.old is not None and me not in change.old.peers
         replica = ConsumerReplica(self, new, stream, account, joining=joining)
         self.consumers[key] = replica
-        await replica.start()
+        await replica.start(known=replay)
 
     def retire(self, account: str, stream: str, seqs: Sequence[int]) -> None:
         replica = self.streams.get((account, stream))

@@ -18,7 +18,7 @@ import msgspec
 
 from jetraft.jetstream import consumer_api, stream_api
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, Route
+from jetraft.jetstream.api import TYPE_PREFIX, Route
 from jetraft.jetstream.consumer_api import plan_create
 from jetraft.jetstream.consumer_config import (
     ConsumerConfig,
@@ -116,24 +116,9 @@ async def _account_info(api: ClusterApi, subject: str, reply: str, data: bytes) 
         else:
             storage += used
     consumers = sum(1 for k in js.meta.state.consumers if k[0] == acc)
-    out: dict[str, Any] = {
-        "type": _t("account_info_response"),
-        "memory": memory,
-        "storage": storage,
-        "reserved_memory": 0,
-        "reserved_storage": 0,
-        "streams": len(streams),
-        "consumers": consumers,
-        "limits": api.limits(),
-    }
-    if js.domain:
-        out["domain"] = js.domain
-    out["api"] = {
-        "level": API_LEVEL,
-        "total": api.stats.total,
-        "errors": api.stats.errors,
-    }
-    return out
+    return stream_api.account_info_body(
+        memory, storage, len(streams), consumers, api.limits(), js.domain, api.stats
+    )
 
 
 # --- create / update / delete ----------------------------------------------------------------

@@ -32,8 +32,9 @@ PROPOSE_TIMEOUT_S = 5.0
 
 
 class MetaHost(GroupHost, Protocol):
-    def meta_changed(self, changes: list[Change]) -> None:
-        """Assignments changed (applied entries, or a snapshot installed)."""
+    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
+        """Assignments changed (applied entries, or a snapshot installed). ``replay``:
+        they were already in force before this server started."""
         ...
 
     def meta_leader_changed(self, leader: str) -> None: ...
@@ -70,7 +71,9 @@ class MetaGroup:
     def apply(self, entry: Entry) -> object:
         changes = self.state.apply(decode_entry(entry.data))
         if changes:
-            self.host.meta_changed(changes)
+            # Entries that were in the log on disk are replays: the assignments they make
+            # existed before this start.
+            self.host.meta_changed(changes, replay=entry.index <= self.group.recovered_last)
         return changes
 
     def snapshot(self) -> bytes:
@@ -79,7 +82,7 @@ class MetaGroup:
     def restore(self, data: bytes) -> None:
         changes = self.state.restore(data)
         if changes:
-            self.host.meta_changed(changes)
+            self.host.meta_changed(changes, replay=True)
 
     # --- leadership --------------------------------------------------------------------------
 

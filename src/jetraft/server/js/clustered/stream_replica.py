@@ -21,6 +21,7 @@ The leader alone:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -54,10 +55,13 @@ from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
+from jetraft.server.js.expiry import ExpiryTimer
 
 log = logging.getLogger("jetraft.js.stream")
 
 PROPOSE_TIMEOUT_S = 5.0
+MIN_SNAPSHOT_ENTRIES = 8192
+SNAPSHOT_CHECK_EVERY = 1024
 
 
 class ReplicaHost(GroupHost, Protocol):
@@ -79,6 +83,9 @@ class _Snapshot(msgspec.Struct, array_like=True):
     config: StreamConfig
     created_ns: int
     chunks: list[bytes]
+    dedupe: list[tuple[str, int, int]]
+    last_msg_id: str
+    ttl: list[tuple[int, int]]
 
 
 class StreamReplica:
@@ -100,8 +107,7 @@ class StreamReplica:
         )
         self.closed = False
         self._leading = False
-        self._expire_timer: asyncio.TimerHandle | None = None
-        self._expire_due_ns = 0
+        self.expiry = ExpiryTimer(lambda: self.stream, self._expire)
         self._reconcile_task: asyncio.Task[None] | None = None
         self._to_retire: set[int] = set()
         self.apply_listeners: list[Callable[[StreamEntry, Result], None]] = []
@@ -124,8 +130,8 @@ class StreamReplica:
     def leader(self) -> str:
         return self.group.leader
 
-    async def start(self) -> None:
-        await self.group.start()
+    async def start(self, *, known: bool = False) -> None:
+        await self.group.start(known=known)
 
     async def stop(self) -> None:
         self._close()
@@ -161,21 +167,33 @@ class StreamReplica:
     def apply(self, entry: Entry) -> object:
         e = decode_entry(entry.data)
         result = self.stream.apply(e)
+        if entry.index % SNAPSHOT_CHECK_EVERY == 0:
+            self._pace_snapshots()
         for listener in self.apply_listeners:
             listener(e, result)
-        if self._leading and (self._expire_timer is None or isinstance(e, UpdateConfig)):
-            self._arm_expiry()
+        if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
+            self.expiry.arm()
         return result
+
+    def _pace_snapshots(self) -> None:
+        """A snapshot holds the whole stream, so take one only every max(8192, messages)
+        entries: its cost is then spread evenly over the entries it replaces."""
+        node = self.group.node
+        if node is not None:
+            msgs = self.stream.store.state().msgs
+            node.driver.snapshot_entries = max(MIN_SNAPSHOT_ENTRIES, msgs)
 
     def snapshot(self) -> bytes:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
-        return msgspec.msgpack.encode(_Snapshot(stream.config, stream.created_ns, chunks))
+        dedupe, last_msg_id, ttl = stream.beside_store()
+        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl)
+        return msgspec.msgpack.encode(snap)
 
     def restore(self, data: bytes) -> None:
         snap = msgspec.msgpack.decode(data, type=_Snapshot)
         self.stream.store.restore(snap.chunks)
-        self.stream.reload(snap.config)
+        self.stream.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl)
 
     # --- leadership --------------------------------------------------------------------------
 
@@ -187,7 +205,7 @@ class StreamReplica:
                      self.sa.account, self.name, ss.term)
             self._leading = True
             self._subscribe()
-            self._arm_expiry()
+            self.expiry.arm()
             self.reconcile()
             self.recheck_retention()  # what a previous leader may not have retired
         elif ss.role is not Role.LEADER and self._leading:
@@ -198,9 +216,7 @@ class StreamReplica:
         self._leading = False
         for sub in list(self.client.subs.values()):
             self.client.unsubscribe(sub)
-        if self._expire_timer is not None:
-            self._expire_timer.cancel()
-            self._expire_timer = None
+        self.expiry.cancel()
 
     def _subscribe(self) -> None:
         for sub in list(self.client.subs.values()):
@@ -296,27 +312,10 @@ class StreamReplica:
 
     # --- expiry ------------------------------------------------------------------------------
 
-    def _arm_expiry(self) -> None:
-        due = self.stream.next_expiry_ns()
-        if due is None or not self._leading or self.closed:
-            return
-        if self._expire_timer is not None:
-            if self._expire_due_ns <= due:
-                return
-            self._expire_timer.cancel()
-        self._expire_due_ns = due
-        delay_s = max(due - time.time_ns(), 0) / 1e9 + 0.001
-        loop = asyncio.get_running_loop()
-        self._expire_timer = loop.call_later(min(delay_s, 3600.0), self._on_expire)
-
-    def _on_expire(self) -> None:
-        self._expire_timer = None
-        if not self._leading or self.closed:
-            return
-        try:
-            self.propose(Expire(time.time_ns()))
-        except RaftError:
-            return
+    def _expire(self, now: int) -> None:
+        if self._leading and not self.closed:
+            with contextlib.suppress(RaftError):
+                self.propose(Expire(now))
 
     # --- bringing the group in line with the assignment --------------------------------------
 
