@@ -217,6 +217,7 @@ class ConsumerRuntime:
             # so the next delivery does not repeat this one.
             if isinstance(entry, Delivered):
                 self.core.note_delivered(entry)
+                self.core.note_inflight(entry)
             self.replicator.propose(entry)
             self.changed()
             return []
@@ -236,6 +237,8 @@ class ConsumerRuntime:
                 self.owner.consumer_ack(seq)
         if freed:
             self.kick()
+        # A delivery whose entry took longer than its ack wait to commit has no timer yet.
+        self._arm_ack_timer(now_ns())
 
     # --- delivery -------------------------------------------------------------------------
 
@@ -586,7 +589,7 @@ class ConsumerRuntime:
         elif body.startswith(b"-NAK"):
             self._nak(sseq, dseq, body[4:].strip(), now)
         elif body == b"+WPI":
-            if sseq in self.core.state.pending:
+            if self.core.is_pending(sseq):
                 self.propose(Progress(sseq, now))
         elif body.startswith(b"+TERM"):
             self._ack(sseq, dseq, term=True)
@@ -625,7 +628,7 @@ class ConsumerRuntime:
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         core = self.core
         st = core.state
-        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or sseq not in st.pending:
+        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or not core.is_pending(sseq):
             return
         delay = parse_nak_delay(arg)
         ack_wait = self.cfg.ack_wait
@@ -647,7 +650,7 @@ class ConsumerRuntime:
         if self.cfg.ack_policy == "none" or self.closed:
             return
         if not due:
-            if not self.core.state.pending:
+            if not self.core.state.pending and not self.core.inflight:
                 return
             due = now + (min(self.cfg.backoff) if self.cfg.backoff else self.cfg.ack_wait)
         if self._ack_timer is not None:
