@@ -1,6 +1,7 @@
 """Fixtures: one jetraft server and one 5-server cluster per module, and a CLI runner.
 
-The cluster's backend is ``JETRAFT_CLI_CLUSTER`` (nats by default; see support.py).
+The cluster's backend is ``JETRAFT_CLI_CLUSTER`` (jetraft by default, nats-server with
+``JETRAFT_CLI_CLUSTER=nats``; see support.py).
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 ``Cluster`` is five servers n1-c1..n5-c1 in cluster C1 on loopback, configured as the seeds
 configure them ($SYS account with the bcrypt user ``admin``), plus an APP account that clients
-without credentials land in. Its backend is chosen by ``JETRAFT_CLI_CLUSTER``: ``nats`` (the
-default, the real nats-server from the dev extra) or ``jetraft`` (``jetraft server``). The
-tests only talk to it over the wire, so they run unchanged against either. Readiness is
+without credentials land in. Its backend is chosen by ``JETRAFT_CLI_CLUSTER``: ``jetraft`` (the
+default, ``jetraft server``) or ``nats`` (the real nats-server from the dev extra, to check
+the CLI itself). The tests only talk to it over the wire, so they run unchanged against
+either. Readiness is
 checked over the wire too: every node answers ``$JS.API.INFO`` without an error.
 
 Every wait polls a condition with a deadline; every process is ended by its own pid.
@@ -200,7 +201,7 @@ class Node:
 
 
 def cluster_backend() -> str:
-    backend = os.environ.get("JETRAFT_CLI_CLUSTER", "nats")
+    backend = os.environ.get("JETRAFT_CLI_CLUSTER", "jetraft")
     if backend not in ("nats", "jetraft"):
         raise ValueError(f"JETRAFT_CLI_CLUSTER must be nats or jetraft, not {backend!r}")
     return backend

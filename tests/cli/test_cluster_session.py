@@ -1,6 +1,6 @@
 """The seeds' administration session, command for command, on a 5-server cluster.
 
-n1-c1..n5-c1 in cluster C1 (nats-server, or jetraft with JETRAFT_CLI_CLUSTER=jetraft): add
+n1-c1..n5-c1 in cluster C1 (jetraft, or nats-server with JETRAFT_CLI_CLUSTER=nats): add
 ORDERS with 3 replicas, see a leader and two current replicas, step the leader down, evict a
 peer and watch its replacement catch up; then the system-account commands. The meta-group
 peer removal runs last because it changes the cluster for good.

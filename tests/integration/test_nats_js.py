@@ -7,16 +7,15 @@ server subprocess with JetStream on loopback, and runs every script with ``NATS_
 asserting exit status 0 and showing the script's TAP output (and the server's log tail) on
 failure.
 
-Node is required: CI has it, so a missing ``node`` or ``npm`` fails loudly instead of
-skipping. To check that a script itself is right, run it against the real nats-server:
+Node is required (tests/natsjs.py installs and runs; tests/cluster/test_nats_js_cluster.py
+runs the same scripts against a 3-server cluster with R3 streams). To check that a script
+itself is right, run it against the real nats-server:
 ``NATSJS_SERVER=/path/to/nats-server pytest tests/integration/test_nats_js.py``.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -28,59 +27,13 @@ from pathlib import Path
 
 import pytest
 
-JS_DIR = Path(__file__).resolve().parent.parent / "js"
-SCRIPTS = sorted(p.name for p in JS_DIR.glob("*.mjs") if p.name != "lib.mjs")
-SCRIPT_TIMEOUT_S = 150
-INSTALL_TIMEOUT_S = 300
-
-
-def _require(tool: str) -> str:
-    path = shutil.which(tool)
-    if path is None:
-        pytest.fail(
-            f"`{tool}` is not on PATH: the nats.js compatibility tests need Node.js (>= 18) "
-            "and npm. Install them (CI images have them); these tests never skip.",
-            pytrace=False,
-        )
-    return path
-
-
-def _installed_nats_version() -> str | None:
-    pkg = JS_DIR / "node_modules" / "nats" / "package.json"
-    if not pkg.is_file():
-        return None
-    return str(json.loads(pkg.read_text())["version"])
-
-
-def _install_is_current() -> bool:
-    # npm writes node_modules/.package-lock.json on every install; when it is newer than
-    # the lockfile the cached tree matches what `npm ci` would produce.
-    hidden = JS_DIR / "node_modules" / ".package-lock.json"
-    lock = JS_DIR / "package-lock.json"
-    if _installed_nats_version() is None or not hidden.is_file():
-        return False
-    return not lock.is_file() or hidden.stat().st_mtime >= lock.stat().st_mtime
+from tests import natsjs
 
 
 @pytest.fixture(scope="session")
 def natsjs_installed() -> str:
     """Install the pinned nats.js once per session (reused across sessions); return node."""
-    node = _require("node")
-    npm = _require("npm")
-    if not _install_is_current():
-        verb = "ci" if (JS_DIR / "package-lock.json").is_file() else "install"
-        proc = subprocess.run(
-            [npm, verb, "--no-audit", "--no-fund", "--loglevel=error"],
-            cwd=JS_DIR,
-            capture_output=True,
-            text=True,
-            timeout=INSTALL_TIMEOUT_S,
-        )
-        if proc.returncode != 0:
-            pytest.fail(f"npm {verb} failed in {JS_DIR}:\n{proc.stdout}\n{proc.stderr}")
-    version = _installed_nats_version()
-    assert version is not None and version.startswith("2."), f"nats.js {version} installed"
-    return node
+    return natsjs.install()
 
 
 def _free_port() -> int:
@@ -137,29 +90,7 @@ def js_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServe
                 proc.wait(5)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("script", natsjs.SCRIPTS)
 def test_nats_js_script(natsjs_installed: str, js_server: RunningServer, script: str) -> None:
-    env = {**os.environ, "NATS_URL": js_server.url, "NO_COLOR": "1"}
-    try:
-        proc = subprocess.run(
-            [natsjs_installed, "--test-reporter=tap", script],
-            cwd=JS_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SCRIPT_TIMEOUT_S,
-        )
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
-        pytest.fail(
-            f"{script} did not finish in {SCRIPT_TIMEOUT_S}s\n--- output ---\n{out}\n"
-            f"--- server log tail ---\n{js_server.log_tail()}"
-        )
-    failed = [line for line in proc.stdout.splitlines() if line.startswith("not ok")]
-    assert proc.returncode == 0 and not failed, (
-        f"{script} exited {proc.returncode}; failed: {failed}\n--- output ---\n{proc.stdout}\n"
-        f"--- stderr ---\n{proc.stderr}\n--- server log tail ---\n{js_server.log_tail()}"
-    )
+    natsjs.run_script(natsjs_installed, script, js_server.url, js_server.log_tail)
     assert js_server.proc.poll() is None, f"server died during {script}:\n{js_server.log_tail()}"
-    # A script that ran no test proves nothing.
-    assert "# pass 0" not in proc.stdout and "# pass " in proc.stdout, proc.stdout

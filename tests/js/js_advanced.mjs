@@ -12,7 +12,7 @@ import {
   createInbox,
   headers,
 } from "nats";
-import { conn, uniq, within } from "./lib.mjs";
+import { addStream, conn, uniq, within } from "./lib.mjs";
 
 const sc = StringCodec();
 
@@ -21,7 +21,7 @@ async function setup(cfg = {}) {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("A");
-  await jsm.streams.add({ name, subjects: [`${name}.>`], ...cfg });
+  await addStream(jsm, { name, subjects: [`${name}.>`], ...cfg });
   return { nc, jsm, js, name };
 }
 
@@ -347,14 +347,14 @@ test("stream first_seq and an API error for a bad config", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("FS");
-  await jsm.streams.add({ name, subjects: [name], first_seq: 100 });
+  await addStream(jsm, { name, subjects: [name], first_seq: 100 });
   const pa = await js.publish(name, sc.encode("x"));
   assert.equal(pa.seq, 100);
   await jsm.streams.delete(name);
   // A stream whose subjects overlap another stream's is refused.
   const a = uniq("OV");
-  await jsm.streams.add({ name: a, subjects: [`${a}.>`] });
-  assert.equal(await apiErr(jsm.streams.add({ name: uniq("OV"), subjects: [`${a}.x`] })), 10065);
+  await addStream(jsm, { name: a, subjects: [`${a}.>`] });
+  assert.equal(await apiErr(addStream(jsm, { name: uniq("OV"), subjects: [`${a}.x`] })), 10065);
   await jsm.streams.delete(a);
   await nc.close();
 });

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { AckPolicy, DeliverPolicy, StringCodec, createInbox } from "nats";
-import { collect, conn, uniq, within } from "./lib.mjs";
+import { addStream, collect, conn, uniq, within } from "./lib.mjs";
 
 const sc = StringCodec();
 
@@ -12,7 +12,7 @@ async function setup(n, subjects = null) {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("C");
-  await jsm.streams.add({ name, subjects: subjects ?? [`${name}.*`] });
+  await addStream(jsm, { name, subjects: subjects ?? [`${name}.*`] });
   for (let i = 0; i < n; i++) await js.publish(`${name}.${i % 2 ? "b" : "a"}`, sc.encode(`m${i}`));
   return { nc, jsm, js, name };
 }

@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { KvWatchInclude, StringCodec } from "nats";
-import { collect, conn, uniq } from "./lib.mjs";
+import { REPLICAS, collect, conn, uniq } from "./lib.mjs";
 
 const sc = StringCodec();
 
@@ -11,7 +11,7 @@ async function bucket(opts = {}) {
   const nc = await conn();
   const js = nc.jetstream();
   const name = uniq("kv");
-  const kv = await js.views.kv(name, opts);
+  const kv = await js.views.kv(name, { replicas: REPLICAS, ...opts });
   return { nc, js, kv, name };
 }
 
@@ -30,10 +30,12 @@ test("bucket is a stream with KV conventions", async () => {
   assert.equal(si.config.allow_rollup_hdrs, true);
   assert.equal(si.config.discard, "new");
   assert.equal(si.config.allow_direct, true);
+  assert.equal(si.config.num_replicas, REPLICAS);
   const st = await kv.status();
   assert.equal(st.bucket, name);
   assert.equal(st.history, 5);
   assert.equal(st.values, 0);
+  assert.equal(st.replicas, REPLICAS);
   await kv.destroy();
   await nc.close();
 });

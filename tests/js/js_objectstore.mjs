@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { conn, uniq } from "./lib.mjs";
+import { REPLICAS, addStream, conn, uniq } from "./lib.mjs";
 
 function bytes(n, seed = 7) {
   const b = new Uint8Array(n);
@@ -44,6 +44,19 @@ async function store() {
   const nc = await conn();
   const js = nc.jetstream();
   const name = uniq("os");
+  if (REPLICAS > 1) {
+    // nats.js 2.x copies its `replicas` option into the stream config it sends, which strict
+    // servers (nats-server 2.11+, jetraft) refuse as an unknown field; so the replicated
+    // store's stream is made first, as nats.js would make it, and views.os() binds to it.
+    const jsm = await nc.jetstreamManager();
+    await addStream(jsm, {
+      name: `OBJ_${name}`,
+      subjects: [`$O.${name}.C.>`, `$O.${name}.M.>`],
+      allow_direct: true,
+      allow_rollup_hdrs: true,
+      discard: "new",
+    });
+  }
   const os = await js.views.os(name);
   return { nc, js, os, name };
 }
@@ -134,6 +147,7 @@ test("status, seal and destroy", async () => {
   let st = await os.status();
   assert.equal(st.bucket, name);
   assert.equal(st.sealed, false);
+  assert.equal(st.replicas, REPLICAS);
   assert.ok(st.size > 0);
   st = await os.seal();
   assert.equal(st.sealed, true);

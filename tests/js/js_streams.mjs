@@ -3,7 +3,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { DiscardPolicy, RetentionPolicy, StorageType, StringCodec, headers } from "nats";
-import { conn, uniq } from "./lib.mjs";
+import { REPLICAS, addStream, conn, uniq } from "./lib.mjs";
 
 const sc = StringCodec();
 
@@ -34,22 +34,28 @@ test("streams add, info, update, delete", async () => {
   const nc = await conn();
   const jsm = await nc.jetstreamManager();
   const name = uniq("ST");
-  const si = await jsm.streams.add({ name, subjects: [`${name}.>`], max_msgs: 100 });
+  const si = await addStream(jsm, { name, subjects: [`${name}.>`], max_msgs: 100 });
   assert.equal(si.config.name, name);
   assert.deepEqual(si.config.subjects, [`${name}.>`]);
   assert.equal(si.config.max_msgs, 100);
   assert.equal(si.config.storage, StorageType.File);
   assert.equal(si.config.retention, RetentionPolicy.Limits);
   assert.equal(si.config.discard, DiscardPolicy.Old);
+  assert.equal(si.config.num_replicas, REPLICAS);
+  if (REPLICAS > 1) {
+    // A replicated stream names its leader and the other replicas.
+    assert.ok(si.cluster?.leader, `no leader in ${JSON.stringify(si.cluster)}`);
+    assert.equal(si.cluster.replicas?.length, REPLICAS - 1, JSON.stringify(si.cluster));
+  }
   assert.equal(si.state.messages, 0);
   assert.equal(si.state.first_seq, 0);
   assert.ok(si.created, "created timestamp missing");
 
   // Creating again with the same config is idempotent; with another config it is an error.
-  const again = await jsm.streams.add({ name, subjects: [`${name}.>`], max_msgs: 100 });
+  const again = await addStream(jsm, { name, subjects: [`${name}.>`], max_msgs: 100 });
   assert.equal(again.config.name, name);
   assert.equal(
-    await apiErr(jsm.streams.add({ name, subjects: [`${name}.other`], max_msgs: 100 })),
+    await apiErr(addStream(jsm, { name, subjects: [`${name}.other`], max_msgs: 100 })),
     10058,
   );
 
@@ -75,7 +81,7 @@ test("memory storage and max_msgs limit", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("MEM");
-  await jsm.streams.add({
+  await addStream(jsm, {
     name,
     subjects: [`${name}.*`],
     storage: StorageType.Memory,
@@ -96,7 +102,7 @@ test("discard new rejects publishes over the limit", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("DN");
-  await jsm.streams.add({ name, subjects: [name], max_msgs: 2, discard: DiscardPolicy.New });
+  await addStream(jsm, { name, subjects: [name], max_msgs: 2, discard: DiscardPolicy.New });
   await js.publish(name, sc.encode("1"));
   await js.publish(name, sc.encode("2"));
   assert.equal(await apiErr(js.publish(name, sc.encode("3"))), 10077);
@@ -110,7 +116,7 @@ test("publish returns acks with stream and sequence", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("PA");
-  await jsm.streams.add({ name, subjects: [`${name}.*`] });
+  await addStream(jsm, { name, subjects: [`${name}.*`] });
   const a1 = await js.publish(`${name}.a`, sc.encode("one"));
   const a2 = await js.publish(`${name}.b`, sc.encode("two"));
   assert.equal(a1.stream, name);
@@ -128,7 +134,7 @@ test("msgID dedupe inside the duplicate window", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("DD");
-  await jsm.streams.add({ name, subjects: [name], duplicate_window: 60_000_000_000 });
+  await addStream(jsm, { name, subjects: [name], duplicate_window: 60_000_000_000 });
   const a = await js.publish(name, sc.encode("x"), { msgID: "id-1" });
   const b = await js.publish(name, sc.encode("x"), { msgID: "id-1" });
   const c = await js.publish(name, sc.encode("y"), { msgID: "id-2" });
@@ -148,7 +154,7 @@ test("expect headers guard publishes", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("EX");
-  await jsm.streams.add({ name, subjects: [`${name}.*`] });
+  await addStream(jsm, { name, subjects: [`${name}.*`] });
   await js.publish(`${name}.a`, sc.encode("1"), { msgID: "m1" });
   // Expected stream.
   await js.publish(`${name}.a`, sc.encode("2"), { expect: { streamName: name } });
@@ -187,7 +193,7 @@ test("purge all, by subject, keep and up to a sequence", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("PU");
-  await jsm.streams.add({ name, subjects: [`${name}.*`] });
+  await addStream(jsm, { name, subjects: [`${name}.*`] });
   for (let i = 0; i < 10; i++) await js.publish(`${name}.${i % 2 ? "odd" : "even"}`, sc.encode(`${i}`));
   let pr = await jsm.streams.purge(name, { filter: `${name}.odd` });
   assert.equal(pr.success, true);
@@ -216,7 +222,7 @@ test("list and names find streams, by subject too", async () => {
   const nc = await conn();
   const jsm = await nc.jetstreamManager();
   const names = [uniq("LA"), uniq("LB")];
-  for (const n of names) await jsm.streams.add({ name: n, subjects: [`${n}.*`] });
+  for (const n of names) await addStream(jsm, { name: n, subjects: [`${n}.*`] });
   const listed = [];
   for await (const si of jsm.streams.list()) listed.push(si.config.name);
   for (const n of names) assert.ok(listed.includes(n), `${n} not listed`);
@@ -237,7 +243,7 @@ test("get and delete single messages", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("GM");
-  await jsm.streams.add({ name, subjects: [`${name}.*`] });
+  await addStream(jsm, { name, subjects: [`${name}.*`] });
   const h = headers();
   h.set("X-Tag", "t1");
   await js.publish(`${name}.a`, sc.encode("first"), { headers: h });
@@ -265,7 +271,7 @@ test("stream info with subject details", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("SD");
-  await jsm.streams.add({ name, subjects: [`${name}.*`] });
+  await addStream(jsm, { name, subjects: [`${name}.*`] });
   await js.publish(`${name}.a`);
   await js.publish(`${name}.a`);
   await js.publish(`${name}.b`);
@@ -281,7 +287,7 @@ test("workqueue retention removes acked messages", async () => {
   const jsm = await nc.jetstreamManager();
   const js = nc.jetstream();
   const name = uniq("WQ");
-  await jsm.streams.add({ name, subjects: [`${name}.*`], retention: RetentionPolicy.Workqueue });
+  await addStream(jsm, { name, subjects: [`${name}.*`], retention: RetentionPolicy.Workqueue });
   for (let i = 0; i < 3; i++) await js.publish(`${name}.job`, sc.encode(`${i}`));
   await jsm.consumers.add(name, { durable_name: "w", ack_policy: "explicit" });
   const c = await js.consumers.get(name, "w");
@@ -292,6 +298,14 @@ test("workqueue retention removes acked messages", async () => {
     n += 1;
   }
   assert.equal(n, 3);
+  if (REPLICAS > 1) {
+    // In a cluster the stream's leader removes them after the consumer committed the acks
+    // (nats-server too): soon, not necessarily before the last ackAck returns.
+    const deadline = Date.now() + 5000;
+    while ((await jsm.streams.info(name)).state.messages > 0 && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
   const si = await jsm.streams.info(name);
   assert.equal(si.state.messages, 0);
   await jsm.streams.delete(name);

@@ -6,6 +6,15 @@ import { connect } from "nats";
 
 export const URL = process.env.NATS_URL ?? "nats://127.0.0.1:4222";
 
+// How many replicas every stream, KV bucket and object store of the scripts gets: 1 against
+// one server, 3 when tests/cluster/test_nats_js_cluster.py runs them against a cluster.
+export const REPLICAS = Number(process.env.NATS_REPLICAS ?? "1");
+
+/** `jsm.streams.add(cfg)` with the run's replica count (unless `cfg` sets its own). */
+export function addStream(jsm, cfg) {
+  return jsm.streams.add({ num_replicas: REPLICAS, ...cfg });
+}
+
 // Every connection a script opens is closed when its tests end, pass or fail, so a
 // failed assertion never leaves a socket that keeps node alive.
 const opened = [];

@@ -1,8 +1,9 @@
-"""A real 3-node nats-server JetStream cluster on loopback, for the connector's fault tests.
-
-jetraft has no clustering yet, so the connector's promises about lagging replicas and moving
-stream leaders are checked against nats-server itself. Every wait here polls a condition with
-a bounded deadline; every signal goes to a pid this module started.
+"""A real 3-node JetStream cluster on loopback, for the connector's fault tests: jetraft
+servers (``kind="jetraft"``) or nats-server ones (``kind="nats-server"``), from the same
+config text (server_name, a cluster block with every route, JetStream, monitoring), so that
+the connector's promises about lagging replicas and moving stream leaders are checked
+against both. Every wait here polls a condition with a bounded deadline; every signal goes
+to a pid this module started.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import urllib.request
 import uuid
@@ -28,14 +30,16 @@ from tests.spark.support import _free_port, _nats_server_binary, end_process, fi
 
 T = TypeVar("T")
 CLUSTER_NAME = "jrspark"
+KINDS = ("nats-server", "jetraft")
 
 
 @dataclass
 class Node:
-    """One nats-server process: fixed ports, config file and store dir across restarts."""
+    """One server process: fixed ports, config file and store dir across restarts."""
 
     index: int
     base: Path
+    kind: str = "nats-server"
     port: int = field(default_factory=_free_port)
     cluster_port: int = field(default_factory=_free_port)
     http_port: int = field(default_factory=_free_port)
@@ -87,13 +91,18 @@ class Node:
         log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         try:
             self.proc = subprocess.Popen(
-                [_nats_server_binary(), "-c", str(self.conf_path)],
+                self._command(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
         finally:
             log.close()
         self.paused = False
+
+    def _command(self) -> list[str]:
+        if self.kind == "jetraft":
+            return [sys.executable, "-m", "jetraft", "server", "-c", str(self.conf_path)]
+        return [_nats_server_binary(), "-c", str(self.conf_path)]
 
     def signal(self, sig: int) -> None:
         assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"
@@ -160,11 +169,13 @@ async def _request(url: str, subject: str, body: bytes, timeout_s: float) -> dic
 
 
 class NatsCluster:
-    """Three nats-server nodes (n1..n3) forming one JetStream cluster on 127.0.0.1."""
+    """Three nodes (n1..n3) of one kind forming one JetStream cluster on 127.0.0.1."""
 
-    def __init__(self, base: Path, size: int = 3) -> None:
+    def __init__(self, base: Path, size: int = 3, kind: str = "nats-server") -> None:
+        assert kind in KINDS, kind
         base.mkdir(parents=True, exist_ok=True)
-        self.nodes = [Node(i, base) for i in range(size)]
+        self.kind = kind
+        self.nodes = [Node(i, base, kind) for i in range(size)]
         route_ports = [n.cluster_port for n in self.nodes]
         for node in self.nodes:
             node.write_config(route_ports)

@@ -1,6 +1,9 @@
-"""The connector against a real 3-node nats-server JetStream cluster (jetraft has no
-clustering yet): reads and writes stay exactly once while stream leaders move, replicas lag
+"""The connector against a real 3-node JetStream cluster, of jetraft servers and of
+nats-server ones: reads and writes stay exactly once while stream leaders move, replicas lag
 or stall, and nodes die and come back.
+
+Every test runs against both kinds; ``JETRAFT_SPARK_CLUSTER=jetraft`` (or ``nats-server``)
+runs one kind only.
 
 Every check compares the multiset of (sequence, data) read or stored with what was
 published, not just counts.
@@ -9,6 +12,7 @@ published, not just counts.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import uuid
@@ -28,6 +32,7 @@ from jetraft.spark import fetch, loop
 from jetraft.spark.fetch import RangeSpec
 from jetraft.spark.loop import JetClient
 from tests.spark.cluster_support import (
+    KINDS,
     NatsCluster,
     create_stream,
     publish,
@@ -41,10 +46,21 @@ Published = list[tuple[int, bytes]]
 T = TypeVar("T")
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
-    _nats_server_binary()  # skips the module when nats-server is not installed
-    nodes = NatsCluster(tmp_path_factory.mktemp("nats-cluster"))
+def _kinds() -> list[str]:
+    chosen = os.environ.get("JETRAFT_SPARK_CLUSTER", "")
+    if chosen and chosen not in KINDS:
+        raise ValueError(f"JETRAFT_SPARK_CLUSTER must be one of {KINDS}, not {chosen!r}")
+    return [chosen] if chosen else list(KINDS)
+
+
+@pytest.fixture(scope="module", params=_kinds())
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[NatsCluster]:
+    kind = request.param
+    if kind == "nats-server":
+        _nats_server_binary()  # skips the nats-server run when it is not installed
+    nodes = NatsCluster(tmp_path_factory.mktemp(f"{kind}-cluster"), kind=kind)
     try:
         nodes.start()
         yield nodes

@@ -210,6 +210,12 @@ class ConsumerCore:
         self._npc_cursor = -1
         self.last_delivered_ns = 0
         self.last_ack_ns = 0
+        # Clustered leader: first deliveries proposed but not applied yet, and the highest
+        # stream sequence it delivered. Until its entry is applied a delivery counts as
+        # pending here (max_ack_pending, ack timers, naks, info), as nats-server's leader
+        # tracks a delivery the moment it sends it.
+        self.inflight: dict[int, Pending] = {}
+        self.noted_sseq = 0
         self._set_filters(cfg)
 
     # --- config --------------------------------------------------------------------------
@@ -271,6 +277,8 @@ class ConsumerCore:
         st = self.state
         self.sseq = st.delivered.stream_seq + 1
         self.dseq = st.delivered.consumer_seq + 1
+        self.noted_sseq = st.delivered.stream_seq
+        self.inflight.clear()
         self.rdq, self._rdq_set = [], set()
         self.lss, self.lss_resume = [], 0
         self._npc_fp = None
@@ -315,10 +323,21 @@ class ConsumerCore:
             self.dseq = e.dseq + 1
         if e.sseq >= self.sseq and e.dc == 1 and not self.lss:
             self.sseq = e.sseq + 1
+        self.noted_sseq = max(self.noted_sseq, e.sseq)
         self.last_delivered_ns = e.ts_ns
+
+    def note_inflight(self, e: Delivered) -> None:
+        """Clustered leader: ``e`` was proposed; it is pending until applied."""
+        if e.dc == 1 and self.cfg.ack_policy != "none" and e.sseq not in self.state.pending:
+            self.inflight[e.sseq] = Pending(e.dseq, e.ts_ns)
+
+    def is_pending(self, sseq: int) -> bool:
+        """Delivered and not acknowledged (counting deliveries not applied yet)."""
+        return sseq in self.state.pending or sseq in self.inflight
 
     def _apply_delivered(self, e: Delivered) -> list[int]:
         st = self.state
+        self.inflight.pop(e.sseq, None)
         self.note_delivered(e)
         if e.dseq <= st.ack_floor.consumer_seq:
             return []
@@ -423,8 +442,7 @@ class ConsumerCore:
         while self.rdq:
             seq = self.rdq.pop(0)
             self._rdq_set.discard(seq)
-            p = st.pending.get(seq)
-            if p is None:
+            if not self.is_pending(seq):
                 continue
             dc = st.redelivered.get(seq, 0) + 2
             if self.max_deliver and dc > self.max_deliver:
@@ -433,7 +451,7 @@ class ConsumerCore:
             if msg is None:
                 return Dropped(seq)
             return Candidate(msg, dc)
-        if self.cfg.max_ack_pending > 0 and len(st.pending) >= self.cfg.max_ack_pending:
+        if 0 < self.cfg.max_ack_pending <= self.num_ack_pending:
             return None
         while self.lss:
             seq = self.lss.pop(0)
@@ -471,7 +489,7 @@ class ConsumerCore:
 
     def nak_now(self, sseq: int) -> None:
         """Leader side of an undelayed -NAK: redeliver as soon as possible."""
-        if sseq in self.state.pending and sseq not in self._rdq_set:
+        if self.is_pending(sseq) and sseq not in self._rdq_set:
             self.rdq.append(sseq)
             self._rdq_set.add(sseq)
 
@@ -609,7 +627,7 @@ class ConsumerCore:
 
     @property
     def num_ack_pending(self) -> int:
-        return len(self.state.pending)
+        return len(self.state.pending) + len(self.inflight)
 
     @property
     def num_redelivered(self) -> int:

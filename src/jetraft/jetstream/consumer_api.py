@@ -104,9 +104,10 @@ def consumer_info(
 ) -> dict[str, Any]:
     """ConsumerInfo as nats-server words it (without the ``type`` key)."""
     st = core.state
+    # A clustered leader counts what it delivered but has not applied yet (equal otherwise).
     delivered: dict[str, Any] = {
-        "consumer_seq": st.delivered.consumer_seq,
-        "stream_seq": st.delivered.stream_seq,
+        "consumer_seq": max(st.delivered.consumer_seq, core.dseq - 1),
+        "stream_seq": max(st.delivered.stream_seq, core.noted_sseq),
     }
     if core.last_delivered_ns:
         delivered["last_active"] = format_rfc3339_ns(core.last_delivered_ns)

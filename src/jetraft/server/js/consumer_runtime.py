@@ -114,6 +114,7 @@ class ConsumerRuntime:
                 gate=owner.disk_gate(core.name),
             )
         self.commits: Durable | None = replicator if replicator is not None else self.queue
+        self._ack_replies: list[str] = []  # acks sent as requests, waiting for the next commit
         # Push state.
         self.active = False
         self.inactive_since_ns = 0
@@ -216,6 +217,7 @@ class ConsumerRuntime:
             # so the next delivery does not repeat this one.
             if isinstance(entry, Delivered):
                 self.core.note_delivered(entry)
+                self.core.note_inflight(entry)
             self.replicator.propose(entry)
             self.changed()
             return []
@@ -235,6 +237,8 @@ class ConsumerRuntime:
                 self.owner.consumer_ack(seq)
         if freed:
             self.kick()
+        # A delivery whose entry took longer than its ack wait to commit has no timer yet.
+        self._arm_ack_timer(now_ns())
 
     # --- delivery -------------------------------------------------------------------------
 
@@ -555,8 +559,19 @@ class ConsumerRuntime:
         if not reply:
             self._apply_ack(body, sseq, dseq, None, now)
             return
-        # An ack sent as a request is answered once what it changed (our state, and the
-        # stream's under interest or workqueue retention) is durable.
+        # An ack sent as a request is answered once what it changed is durable. Common
+        # case (one server, limits retention: only our state changes): answers wait in
+        # batches on our commit queue, the batch closed when the queue takes it.
+        queue = self.queue
+        if queue is not None and self.owner.retention == "limits":
+            if self._apply_ack(body, sseq, dseq, reply, now):
+                batch = self._ack_replies
+                batch.append(reply)
+                if len(batch) == 1:
+                    queue.after_durable(functools.partial(self._acks_answered, batch))
+            return
+        # Otherwise (the stream changes too under interest or workqueue retention, or a
+        # clustered consumer's group commits): everything the ack touched is collected.
         with collect() as barrier:
             answer = self._apply_ack(body, sseq, dseq, reply, now)
         if answer:
@@ -574,13 +589,21 @@ class ConsumerRuntime:
         elif body.startswith(b"-NAK"):
             self._nak(sseq, dseq, body[4:].strip(), now)
         elif body == b"+WPI":
-            if sseq in self.core.state.pending:
+            if self.core.is_pending(sseq):
                 self.propose(Progress(sseq, now))
         elif body.startswith(b"+TERM"):
             self._ack(sseq, dseq, term=True)
         else:
             return False
         return True
+
+    def _acks_answered(self, replies: list[str], exc: BaseException | None) -> None:
+        if exc is None:
+            publish = self.client.publish
+            for reply in replies:
+                publish(reply, b"")
+        else:
+            self._ack_answered("", exc)
 
     def _ack_answered(self, reply: str, exc: BaseException | None) -> None:
         if exc is None:
@@ -605,7 +628,7 @@ class ConsumerRuntime:
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         core = self.core
         st = core.state
-        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or sseq not in st.pending:
+        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or not core.is_pending(sseq):
             return
         delay = parse_nak_delay(arg)
         ack_wait = self.cfg.ack_wait
@@ -627,7 +650,7 @@ class ConsumerRuntime:
         if self.cfg.ack_policy == "none" or self.closed:
             return
         if not due:
-            if not self.core.state.pending:
+            if not self.core.state.pending and not self.core.inflight:
                 return
             due = now + (min(self.cfg.backoff) if self.cfg.backoff else self.cfg.ack_wait)
         if self._ack_timer is not None:
@@ -694,6 +717,7 @@ class ConsumerRuntime:
 
     def _prepare_state(self) -> Prepared:
         """On the loop: encode the state now; the atomic write runs in a worker thread."""
+        self._ack_replies = []  # the batch of ack answers so far is covered by this commit
         path = self.owner.state_path(self.core.name)
         if path is None:
             return Prepared(None)

@@ -257,7 +257,13 @@ class ClusterApi:
     ) -> None:
         name = subject.rsplit(".", 1)[-1]
         replica = self.js.streams.get((self.account.name, name))
-        if replica is None or not replica.is_leader:
+        # A replica whose removal this server already applied is not torn down yet (that
+        # is queued behind its consumers): it no longer speaks for the stream.
+        if (
+            replica is None
+            or not replica.is_leader
+            or (self.account.name, name) not in self.js.meta.state.streams
+        ):
             if (self.account.name, name) not in self.js.meta.state.streams and (
                 self.js.answers_meta()
             ):
@@ -325,7 +331,7 @@ class ClusterApi:
         stream, name = toks[-2], toks[-1]
         key = (self.account.name, stream, name)
         replica = self.js.consumers.get(key)
-        if replica is None or not replica.is_leader:
+        if replica is None or not replica.is_leader or key not in self.js.meta.state.consumers:
             state = self.js.meta.state
             if key not in state.consumers and self.js.answers_meta():
                 missing = (

@@ -90,7 +90,7 @@ class ConsumerReplica:
         self.account = account
         self.core = ConsumerCore(ca.stream, ca.name, ca.config, ca.created_ns)
         self.started = False  # a Start entry was applied
-        self._start_proposed = False
+        self._start_term = -1  # the term in which this replica last proposed Start
         self.group = RaftGroup(host, ca.group, self, () if joining else ca.peers,
                                on_role=self._on_role)
         self.runtime: ConsumerRuntime | None = None
@@ -184,11 +184,14 @@ class ConsumerReplica:
             self.started = True
         freed = isinstance(e, Acked | Exhausted | Dropped)
         done = self.core.apply(e)
-        if self.runtime is not None:
-            if isinstance(e, Start):
+        if isinstance(e, Start):
+            if self.runtime is None and self._leading():
+                self._serve(restore=False)  # the cursor is where Start put it
+            if self.runtime is not None:
                 # What the create request is answered with: the state before the first
                 # delivery (clients read num_pending from it, e.g. KV watchers).
                 self.initial_info = self.info()
+        if self.runtime is not None:
             self.runtime.applied(done, freed or isinstance(e, Start))
         return done
 
@@ -233,21 +236,34 @@ class ConsumerReplica:
             return
         if ss.role is Role.LEADER and self.runtime is None:
             log.info("JetStream cluster new consumer leader for '%s > %s > %s'", *self.key)
-            self._lead()
+            self._lead(ss.term)
         elif ss.role is not Role.LEADER and self.runtime is not None:
             self.runtime.stop(deleted=False, leadership=True)
             self.runtime = None
             for sub in list(self.next_client.subs.values()):
                 self.next_client.unsubscribe(sub)
 
-    def _lead(self) -> None:
+    def _leading(self) -> bool:
+        node = self.group.node
+        return not self.closed and node is not None and node.is_leader
+
+    def _lead(self, term: int) -> None:
+        if self.started:
+            self._serve(restore=True)
+            return
+        # A new consumer serves only once its Start entry is applied: that entry sets the
+        # cursor, so a delivery made before it would be repeated from the start position.
+        # Proposed once per term until one commits (only the first applied counts).
+        if self._start_term != term:
+            self._start_term = term
+            self.propose(self.core.select_start(self.stream.stream.store))
+
+    def _serve(self, *, restore: bool) -> None:
         core = self.core
-        core.restore_cursor()
+        if restore:
+            core.restore_cursor()
         rt = ConsumerRuntime(_Owner(self), core, self)
         self.runtime = rt
-        if not self.started and not self._start_proposed:
-            self._start_proposed = True
-            self.propose(core.select_start(self.stream.stream.store))
         base = f"$JS.API.CONSUMER.MSG.NEXT.{self.ca.stream}.{self.ca.name}"
         self.next_client.subscribe(base, self._on_next)
         if self.host.domain:

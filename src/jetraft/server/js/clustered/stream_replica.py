@@ -96,6 +96,10 @@ class StreamReplica:
         assert account is not None
         self.account = account
         self.stream = Stream(sa.config, MemoryStore(), sa.created_ns, host.domain)
+        if sa.config.first_seq > 1:
+            # As on one server: the empty store starts at first_seq. Every replica does it
+            # from the assignment, before any entry (or snapshot) is applied.
+            self.stream.store.purge(None, sa.config.first_seq, 0)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         self.group = RaftGroup(
