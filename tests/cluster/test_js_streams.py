@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import nats
+import nats.js.api
 import nats.js.errors
 import pytest
 
@@ -174,3 +175,30 @@ async def test_scale_up_and_down(shared_cluster: Cluster) -> None:
     await wait_until(one_replica, 20, "a single replica")
     assert (await js.publish("scale", b"more")).seq == 21
     await nc.close()
+
+
+async def test_deleted_stream_and_consumer_are_not_found_at_once(shared_cluster: Cluster) -> None:
+    """A delete is answered only once the asset's leader stopped speaking for it: a client
+    that deletes and at once looks the asset up (nats.js' object store ``destroy()`` then
+    ``streams.info()`` does) gets "not found", from any server. The lookup races the
+    servers applying the removal, so the steps repeat a bounded number of times."""
+    await shared_cluster.wait_jetstream()
+    ncs = [await shared_cluster.connect(n) for n in shared_cluster.nodes]
+    for i in range(20):
+        nc = ncs[i % len(ncs)]
+        js = nc.jetstream()
+        stream = f"DELGONE{i}"
+        await js.add_stream(name=stream, subjects=[f"delgone{i}.>"], num_replicas=1 + 2 * (i % 2))
+        await js.publish(f"delgone{i}.a", b"x")
+        await js.add_consumer(stream, nats.js.api.ConsumerConfig(durable_name="c"))
+        other = ncs[(i + 1) % len(ncs)]
+        assert await js.delete_consumer(stream, "c")
+        reply = await other.request(f"$JS.API.CONSUMER.INFO.{stream}.c", b"", timeout=5)
+        body = json.loads(reply.data)
+        assert body.get("error", {}).get("err_code") == 10014, f"round {i}: {body}"
+        assert await js.delete_stream(stream)
+        reply = await other.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
+        body = json.loads(reply.data)
+        assert body.get("error", {}).get("err_code") == 10059, f"round {i}: {body}"
+    for nc in ncs:
+        await nc.close()

@@ -15,7 +15,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.integration.jetstream.consumer_support import nats_server_binary
+from tests.integration.jetstream.consumer_support import nats_server_binary, wait_for
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(nats_server_binary()), reason="nats-server binary not installed"
@@ -51,6 +51,15 @@ async def _scenario(url: str) -> dict[str, Any]:
     async def fetch_ack(name: str, n: int, ack: list[int]) -> list[Any]:
         sub = await js.pull_subscribe_bind(name, stream="S")
         msgs = await sub.fetch(n, timeout=0.5)
+
+        async def request_gone() -> bool:
+            info = await nc.request(f"$JS.API.CONSUMER.INFO.S.{name}", b"", timeout=2)
+            return bool(json.loads(info.data)["num_waiting"] == 0)
+
+        # The fetch's pull request ends on the server when its expiry passes, which races
+        # with an ack sent right after the client gave up: wait for it to be gone, so that
+        # an ack freeing max_ack_pending cannot deliver into the abandoned request.
+        await wait_for(request_gone)
         for i in ack:
             await msgs[i].ack_sync()
         return msgs

@@ -213,7 +213,8 @@ class CommitQueue:
         if self._closed:
             return
         self._dirty = True
-        join_request(self)
+        if _current.get() is not None:
+            join_request(self)
         if not self._scheduled and self._timer is None:  # else a commit is on its way
             self._commit_later()
 

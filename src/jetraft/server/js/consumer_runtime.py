@@ -114,6 +114,7 @@ class ConsumerRuntime:
                 gate=owner.disk_gate(core.name),
             )
         self.commits: Durable | None = replicator if replicator is not None else self.queue
+        self._ack_replies: list[str] = []  # acks sent as requests, waiting for the next commit
         # Push state.
         self.active = False
         self.inactive_since_ns = 0
@@ -558,8 +559,19 @@ class ConsumerRuntime:
         if not reply:
             self._apply_ack(body, sseq, dseq, None, now)
             return
-        # An ack sent as a request is answered once what it changed (our state, and the
-        # stream's under interest or workqueue retention) is durable.
+        # An ack sent as a request is answered once what it changed is durable. Common
+        # case (one server, limits retention: only our state changes): answers wait in
+        # batches on our commit queue, the batch closed when the queue takes it.
+        queue = self.queue
+        if queue is not None and self.owner.retention == "limits":
+            if self._apply_ack(body, sseq, dseq, reply, now):
+                batch = self._ack_replies
+                batch.append(reply)
+                if len(batch) == 1:
+                    queue.after_durable(functools.partial(self._acks_answered, batch))
+            return
+        # Otherwise (the stream changes too under interest or workqueue retention, or a
+        # clustered consumer's group commits): everything the ack touched is collected.
         with collect() as barrier:
             answer = self._apply_ack(body, sseq, dseq, reply, now)
         if answer:
@@ -584,6 +596,14 @@ class ConsumerRuntime:
         else:
             return False
         return True
+
+    def _acks_answered(self, replies: list[str], exc: BaseException | None) -> None:
+        if exc is None:
+            publish = self.client.publish
+            for reply in replies:
+                publish(reply, b"")
+        else:
+            self._ack_answered("", exc)
 
     def _ack_answered(self, reply: str, exc: BaseException | None) -> None:
         if exc is None:
@@ -697,6 +717,7 @@ class ConsumerRuntime:
 
     def _prepare_state(self) -> Prepared:
         """On the loop: encode the state now; the atomic write runs in a worker thread."""
+        self._ack_replies = []  # the batch of ack answers so far is covered by this commit
         path = self.owner.state_path(self.core.name)
         if path is None:
             return Prepared(None)

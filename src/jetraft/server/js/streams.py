@@ -100,6 +100,7 @@ class StreamRuntime:
         stream.add_observer(self)
         self.closed = False
         self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit)
+        self._acks: list[PubAck] = []  # answers waiting for the next commit (one batch)
         self._persisted = False
         self.durable = False
         self._update_mode()
@@ -250,30 +251,41 @@ class StreamRuntime:
             result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
         if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
             return
-        if self._persisted:
-            self.commits.after_durable(functools.partial(self._answer, result))
-        else:
+        if not self._persisted:
             self.client.publish(reply, result.body())
-
-    def _answer(self, ack: PubAck, exc: BaseException | None) -> None:
-        if exc is None:
-            self.client.publish(ack.reply, ack.body())
             return
-        # The data may not be durable: tell the publisher it failed (it retries; dedupe by
+        # PubAcks wait in batches: one commit-queue callback per batch, the batch closed
+        # when the queue takes it (``_prepare_commit``), so a batch never holds an answer
+        # whose message the commit does not cover.
+        acks = self._acks
+        acks.append(result)
+        if len(acks) == 1:
+            self.commits.after_durable(functools.partial(self._answer, acks))
+
+    def _answer(self, acks: list[PubAck], exc: BaseException | None) -> None:
+        publish = self.client.publish
+        if exc is None:
+            for ack in acks:
+                publish(ack.reply, ack.body())
+            return
+        # The data may not be durable: tell the publishers it failed (they retry; dedupe by
         # Nats-Msg-Id makes the retry safe).
-        failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
-        self.client.publish(ack.reply, failed.body())
+        for ack in acks:
+            failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
+            publish(ack.reply, failed.body())
 
     # --- commits -----------------------------------------------------------------------------
 
     def _prepare_commit(self) -> Prepared:
         """On the loop: write everything out and return the fsync for a worker thread."""
+        self._acks = []  # the batch registered so far is covered by this commit
         store = self.store
         work = prepare_sync(store)
         return Prepared(work, complete=not store.deferred_work)
 
     def _write_out(self) -> None:
         """Lazy mode: hand what was applied to the OS (survives a process crash)."""
+        self._acks = []
         self.store.flush()
 
     def _arm_lazy_timer(self) -> None:

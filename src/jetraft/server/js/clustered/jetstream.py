@@ -400,7 +400,9 @@ class ClusteredJetStream:
         _, _, account, name = subject.split(".", 3)
         replica = self.streams.get((account, name))
         api = self.apis.get(account)
-        if reply and replica is not None and replica.is_leader and api is not None:
+        # A replica whose removal this server applied is silent (see ``asset_gone``).
+        if (reply and replica is not None and replica.is_leader and api is not None
+                and (account, name) in self.meta.state.streams):
             self._answer_info(api, reply, data, lambda initial: api.stream_info(replica))
 
     def _on_consumer_info(self, subject: str, reply: str | None, hdr: bytes | None,
@@ -410,6 +412,8 @@ class ClusteredJetStream:
         api = self.apis.get(account)
         if not reply or replica is None or not replica.is_leader or api is None:
             return
+        if (account, stream, name) not in self.meta.state.consumers:
+            return  # its removal is applied here (see ``asset_gone``)
 
         def info(initial: bool) -> dict[str, Any] | None:
             if initial:
@@ -450,6 +454,18 @@ class ClusteredJetStream:
             if time.monotonic() >= deadline:
                 return None
             await asyncio.sleep(0.05)
+
+    async def asset_gone(self, subject: str, *, timeout_s: float) -> None:
+        """Wait until no leader answers on ``subject`` any more (or ``timeout_s`` passed).
+
+        A delete is committed once the meta leader applied it, but the asset's leader
+        applies it later and answers for the asset until then; a client that deletes and
+        at once looks the asset up must not find it, so deletes are answered after this."""
+        deadline = time.monotonic() + timeout_s
+        while await self.internal.request(subject, b"", 0.1) is not None:
+            if time.monotonic() >= deadline:
+                return
+            await asyncio.sleep(0.01)
 
     async def fetch_consumer_info(self, account: str, stream: str, name: str,
                                   timeout_s: float = 1.0) -> dict[str, Any] | None:

@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 
 # How long a create or update waits for the stream's leader to report the new state.
 LEADER_WAIT_S = 10.0
+# How long a delete waits for the asset's leader to apply it (it is committed already).
+GONE_WAIT_S = 2.0
 
 
 def _t(kind: str) -> str:
@@ -251,6 +253,7 @@ async def _delete(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any
     if (api.account.name, name) not in api.js.meta.state.streams:
         raise E.stream_not_found()
     await _propose(api, RemoveStream(api.account.name, name))
+    await api.js.asset_gone(f"{INFO_SUBJECT}.{api.account.name}.{name}", timeout_s=GONE_WAIT_S)
     return {"type": _t(kind), "success": True}
 
 
@@ -376,6 +379,8 @@ def _consumer_key(api: ClusterApi, subject: str) -> tuple[str, str, str]:
 async def _consumer_delete(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any:
     acc, stream, name = _consumer_key(api, subject)
     await _propose(api, RemoveConsumer(acc, stream, name))
+    subject = f"{CONSUMER_INFO_SUBJECT}.{acc}.{stream}.{name}"
+    await api.js.asset_gone(subject, timeout_s=GONE_WAIT_S)
     return {"type": _t("consumer_delete_response"), "success": True}
 
 
