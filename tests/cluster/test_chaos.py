@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import random
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,7 @@ class Clients:
     def __init__(self, conns: list[nats.NATS]) -> None:
         self.conns = conns
         self.turn = 0
+        self.stalls: list[str] = []  # requests the client library held past their timeout
 
     @classmethod
     async def open(cls, cl: Cluster) -> Clients:
@@ -81,10 +83,17 @@ async def _publisher(clients: Clients, ledger: Ledger, limit: int) -> None:
         if ledger.done:
             return
         for _ in range(600):  # bounded: a message that is never acknowledged fails the test
-            js = clients.current().jetstream()
+            nc = clients.current()
             try:
-                ack = await js.publish(f"chaos.{i % 7}", b"msg %d" % i, timeout=1.0,
-                                       headers={"Nats-Msg-Id": f"m{i}"})
+                # Bounded from outside too: nats-py's publish can wait on a reconnect.
+                ack = await asyncio.wait_for(nc.jetstream().publish(
+                    f"chaos.{i % 7}", b"msg %d" % i, timeout=1.0,
+                    headers={"Nats-Msg-Id": f"m{i}"}), 3.0)
+            except TimeoutError:
+                clients.stalls.append(f"{nc.connected_url} connected={nc.is_connected} "
+                                      f"reconnecting={nc.is_reconnecting}")
+                clients.rotate()
+                continue
             except RETRYABLE:
                 clients.rotate()
                 await asyncio.sleep(0.05)
@@ -239,7 +248,19 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
         ledger.done = True
         await asyncio.gather(publisher, consumer)
         await _settle_and_check(cl, ledger)
+        print(f"faults {done}; client stalls: {pubs.stalls}")
     except BaseException as exc:
+        for node in _live(cl):  # what each server's groups looked like when it failed
+            with contextlib.suppress(Exception):
+                print(f"----- {node.name} /raftz -----\n{json.dumps(node.http('/raftz'))}")
+            try:
+                probe = await cl.connect(node)
+                ack = await probe.jetstream().publish("chaos.probe", b"probe", timeout=2)
+                print(f"{node.name}: probe publish acked {ack}")
+                await probe.close()
+            except Exception as probe_exc:
+                print(f"{node.name}: probe publish failed: {probe_exc!r}")
+        print(f"publisher at message {len(ledger.acked)}, turn {pubs.turn}, stalls {pubs.stalls}")
         raise AssertionError(f"seed {seed}, faults {done}: {exc}") from exc
     finally:
         ledger.done = True

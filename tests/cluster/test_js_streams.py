@@ -46,6 +46,16 @@ async def test_r3_stream_is_placed_replicated_and_reported(shared_cluster: Clust
     assert all(r.active is not None and 0 < r.active < 5_000_000_000 for r in reps)  # ns
     msg = await js.get_msg("ORDERS", 7)
     assert msg.data == b"order 6"
+    # /raftz: every server runs the stream's group and agrees on its leader; the leader
+    # sees both followers holding every entry it committed.
+    raw = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"")).data)
+    group = raw["cluster"]["raft_group"]
+    views = {n.name: n.http(f"/raftz?acc=$G&group={group}")["$G"][group] for n in cl.nodes}
+    assert all(v["size"] == 3 and v["committed"] >= 50 for v in views.values())
+    assert {v["leader_name"] for v in views.values()} == {info.cluster.leader}
+    lead = views[info.cluster.leader]
+    assert lead["state"] == "LEADER" and len(lead["peers"]) == 2
+    assert all(p["last_replicated_index"] == lead["last_index"] for p in lead["peers"].values())
     await nc.close()
 
 
