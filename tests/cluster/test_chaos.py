@@ -229,10 +229,18 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[0])
     js = admin.jetstream()
-    await js.add_stream(name=STREAM, subjects=["chaos.>"], num_replicas=3,
-                        duplicate_window=600.0)
-    await js.add_consumer(STREAM, nats.js.api.ConsumerConfig(
-        durable_name="work", ack_policy=nats.js.api.AckPolicy.EXPLICIT, ack_wait=5.0))
+
+    async def created() -> bool:  # "temporarily unavailable" during an election: retry
+        try:
+            await js.add_stream(name=STREAM, subjects=["chaos.>"], num_replicas=3,
+                                duplicate_window=600.0)
+            await js.add_consumer(STREAM, nats.js.api.ConsumerConfig(
+                durable_name="work", ack_policy=nats.js.api.AckPolicy.EXPLICIT, ack_wait=5.0))
+        except nats.js.errors.ServiceUnavailableError:
+            return False
+        return True
+
+    await wait_until(created, 30, "the stream and its consumer")
     await admin.close()
     ledger = Ledger()
     pubs, subs = await Clients.open(cl), await Clients.open(cl)

@@ -63,6 +63,9 @@ log = logging.getLogger("jetraft.js.cluster")
 
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
+# How long a server knows no meta leader before the smallest-named one answers for it
+# (shorter gaps are missed heartbeats while the leader goes on answering).
+LEADERLESS_AFTER_S = 1.0
 
 
 def expected_cluster_size(config: ServerConfig) -> int:
@@ -227,7 +230,9 @@ class ClusteredJetStream:
         """Does this server answer what the meta leader answers? The leader does; without
         one, the smallest-named connected server (see ``answers_when_leaderless``)."""
         meta = self.meta
-        return meta.is_leader or (not meta.leader and self.answers_when_leaderless())
+        return meta.is_leader or (
+            meta.leaderless_for() >= LEADERLESS_AFTER_S and self.answers_when_leaderless()
+        )
 
     def answers_when_leaderless(self) -> bool:
         """Without a meta leader, only the smallest-named connected server answers."""
