@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import random
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -44,36 +45,64 @@ class Ledger:
     delivered: set[int] = field(default_factory=set)
     done: bool = False
 
+    workers: list[asyncio.Future[None]] = field(default_factory=list)
+
     async def progress(self, count: int, what: str) -> None:
         want = len(self.acked) + count
-        await wait_until(lambda: len(self.acked) >= want, 60, f"{count} more acks {what}")
+
+        deadline = time.monotonic() + 60
+        while len(self.acked) < want:
+            for worker in self.workers:
+                if worker.done():
+                    worker.result()  # a client that failed fails the test with its error
+                    raise AssertionError("a client stopped early")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {count} more acks {what}")
+            await asyncio.sleep(0.05)
 
 
 class Clients:
-    """One client per server, used in turn: a request that fails moves on to the next
+    """One connection per server, used in turn: a request that fails moves on to the next
     server, as an application with a list of servers would (a server cut off from the
-    others keeps its clients connected, but cannot serve them)."""
+    others keeps its clients connected, but cannot serve them). Connections are pinned to
+    their server (nats-py would otherwise follow the servers it discovers, and after a few
+    faults every connection may sit on the same one); a dropped one is dialed again."""
 
-    def __init__(self, conns: list[nats.NATS]) -> None:
-        self.conns = conns
+    def __init__(self, cl: Cluster) -> None:
+        self.cl = cl
+        self.conns: dict[str, nats.NATS] = {}
         self.turn = 0
-        self.stalls: list[str] = []  # requests the client library held past their timeout
+        self.errors: list[str] = []  # the last failed attempts (shown when the test fails)
 
-    @classmethod
-    async def open(cls, cl: Cluster) -> Clients:
-        conns = [await nats.connect(
-            n.url, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=0.2,
-            ping_interval=1, max_outstanding_pings=2, connect_timeout=2) for n in cl.nodes]
-        return cls(conns)
+    async def current(self) -> nats.NATS:
+        """The connection to this turn's server; servers that cannot be reached are skipped."""
+        for _ in range(len(self.cl.nodes) * 20):  # bounded: some server is always up
+            node = self.cl.nodes[self.turn % len(self.cl.nodes)]
+            nc = self.conns.get(node.name)
+            if nc is not None and nc.is_connected:
+                return nc
+            try:
+                nc = await asyncio.wait_for(nats.connect(
+                    node.url, allow_reconnect=False, connect_timeout=1, max_reconnect_attempts=0,
+                    ping_interval=1, max_outstanding_pings=2), 3.0)
+            except Exception as exc:
+                self.note(node.name, exc)
+                self.rotate()
+                await asyncio.sleep(0.05)
+                continue
+            self.conns[node.name] = nc
+            return nc
+        raise AssertionError("no server could be reached")
 
-    def current(self) -> nats.NATS:
-        return self.conns[self.turn % len(self.conns)]
+    def note(self, where: str, exc: BaseException) -> None:
+        self.errors.append(f"{where} {exc!r}"[:120])
+        del self.errors[:-20]
 
     def rotate(self) -> None:
         self.turn += 1
 
     async def close(self) -> None:
-        for nc in self.conns:
+        for nc in self.conns.values():
             with contextlib.suppress(Exception):
                 await nc.close()
 
@@ -83,24 +112,17 @@ async def _publisher(clients: Clients, ledger: Ledger, limit: int) -> None:
         if ledger.done:
             return
         for _ in range(600):  # bounded: a message that is never acknowledged fails the test
-            nc = clients.current()
+            nc = await clients.current()
             try:
-                # Bounded from outside too: nats-py's publish can wait on a reconnect.
+                # Bounded from outside too: nats-py's publish can wait on a dead socket.
                 ack = await asyncio.wait_for(nc.jetstream().publish(
                     f"chaos.{i % 7}", b"msg %d" % i, timeout=1.0,
                     headers={"Nats-Msg-Id": f"m{i}"}), 3.0)
-            except TimeoutError:
-                clients.stalls.append(f"{nc.connected_url} connected={nc.is_connected} "
-                                      f"reconnecting={nc.is_reconnecting}")
-                clients.rotate()
-                continue
-            except RETRYABLE:
-                clients.rotate()
-                await asyncio.sleep(0.05)
-                continue
-            except nats.js.errors.APIError as exc:
-                if exc.err_code not in (10008, None) and exc.code != 503:
+            except (*RETRYABLE, TimeoutError, nats.js.errors.APIError) as exc:
+                if isinstance(exc, nats.js.errors.APIError) and not isinstance(
+                        exc, nats.js.errors.ServiceUnavailableError | RETRYABLE):
                     raise
+                clients.note(nc.connected_url.netloc if nc.connected_url else "?", exc)
                 clients.rotate()
                 await asyncio.sleep(0.05)
                 continue
@@ -115,10 +137,11 @@ async def _consumer(clients: Clients, ledger: Ledger) -> None:
     while not ledger.done:
         try:
             if sub is None:
-                js = clients.current().jetstream()
+                js = (await clients.current()).jetstream()
                 sub = await js.pull_subscribe("chaos.>", durable="work", stream=STREAM)
-            msgs = await sub.fetch(20, timeout=1.0)
-        except (*RETRYABLE, nats.js.errors.APIError, nats.errors.SlowConsumerError):
+            msgs = await asyncio.wait_for(sub.fetch(20, timeout=1.0), 3.0)
+        except (*RETRYABLE, TimeoutError, nats.js.errors.APIError,
+                nats.errors.SlowConsumerError):
             clients.rotate()
             if sub is not None:
                 with contextlib.suppress(Exception):
@@ -129,8 +152,8 @@ async def _consumer(clients: Clients, ledger: Ledger) -> None:
         for msg in msgs:
             seq = msg.metadata.sequence.stream
             ledger.delivered.add(seq)
-            with contextlib.suppress(*RETRYABLE):
-                await msg.ack_sync(timeout=1.0)
+            with contextlib.suppress(*RETRYABLE, TimeoutError):
+                await asyncio.wait_for(msg.ack_sync(timeout=1.0), 3.0)
                 ledger.confirmed.add(seq)
 
 
@@ -243,20 +266,18 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
     await wait_until(created, 30, "the stream and its consumer")
     await admin.close()
     ledger = Ledger()
-    pubs, subs = await Clients.open(cl), await Clients.open(cl)
+    pubs, subs = Clients(cl), Clients(cl)
     publisher = asyncio.ensure_future(_publisher(pubs, ledger, limit=100_000))
     consumer = asyncio.ensure_future(_consumer(subs, ledger))
+    ledger.workers = [publisher, consumer]
     done: list[str] = []
     try:
         await ledger.progress(PROGRESS, "before the first fault")
         for _ in range(faults):
-            if publisher.done():
-                publisher.result()  # its failure, if any
             done.append(await _fault(cl, rng, ledger))
         ledger.done = True
         await asyncio.gather(publisher, consumer)
         await _settle_and_check(cl, ledger)
-        print(f"faults {done}; client stalls: {pubs.stalls}")
     except BaseException as exc:
         for node in _live(cl):  # what each server's groups looked like when it failed
             with contextlib.suppress(Exception):
@@ -268,7 +289,8 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
                 await probe.close()
             except Exception as probe_exc:
                 print(f"{node.name}: probe publish failed: {probe_exc!r}")
-        print(f"publisher at message {len(ledger.acked)}, turn {pubs.turn}, stalls {pubs.stalls}")
+        print(f"publisher at message {len(ledger.acked)}, turn {pubs.turn}")
+        print("last publish errors:\n  " + "\n  ".join(pubs.errors))
         raise AssertionError(f"seed {seed}, faults {done}: {exc}") from exc
     finally:
         ledger.done = True
