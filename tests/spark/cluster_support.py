@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import nats
 import nats.errors
 from nats.js.api import AckPolicy, ConsumerConfig, StreamConfig
+from nats.js.errors import ServiceUnavailableError
 
 from tests.spark.support import _free_port, _nats_server_binary, end_process, file_tail, run
 
@@ -430,6 +431,12 @@ def stored_messages(cluster: NatsCluster, stream: str, avoid: tuple[int, ...] = 
                 try:
                     msgs = await sub.fetch(1000, timeout=5)
                 except TimeoutError:
+                    continue
+                except ServiceUnavailableError:
+                    # No responders: the new consumer's interest has not yet crossed the route
+                    # to the server this client sits on (nats-server shows it too, right after
+                    # a step-down). The loop is bounded; a later fetch finds it.
+                    await asyncio.sleep(0.1)
                     continue
                 for m in msgs:
                     msg_id = (m.headers or {}).get("Nats-Msg-Id")
