@@ -11,7 +11,8 @@ anything that could differ between servers.
 
 Entries: ``AssignStream`` (create, or replace: a config update, a peer change),
 ``RemoveStream``, ``AssignConsumer``, ``RemoveConsumer``. ``apply`` returns what changed so
-the server can start, reshape or stop its local replicas.
+the server can start, reshape or stop its local replicas. A stream whose servers change
+takes its consumers along in the same apply (see ``MetaState._follow``).
 """
 
 from __future__ import annotations
@@ -123,7 +124,8 @@ class MetaState:
             key = (sa.account, sa.name)
             old = self.streams.get(key)
             self.streams[key] = sa
-            return [StreamChanged(key, old, sa)]
+            moved = self._follow(old, sa) if old is not None else []
+            return [StreamChanged(key, old, sa), *moved]
         if isinstance(entry, RemoveStream):
             key = (entry.account, entry.name)
             old = self.streams.pop(key, None)
@@ -145,6 +147,31 @@ class MetaState:
         ckey = (entry.account, entry.stream, entry.name)
         gone = self.consumers.pop(ckey, None)
         return [ConsumerChanged(ckey, gone, None)] if gone is not None else []
+
+    def _follow(self, old: StreamAssignment, new: StreamAssignment) -> list[Change]:
+        """A stream's consumers live on its servers: when its servers change (peer
+        removal, scaling), each consumer drops the servers that no longer hold the stream
+        and takes the stream's new ones (those added first), up to its count: the stream's
+        when it had followed it (no replica count of its own), else its own. Done in
+        apply, so that no meta leader failing between two proposals can leave a consumer
+        on a server without its stream."""
+        if old.peers == new.peers:
+            return []
+        added = [p for p in new.peers if p not in old.peers]
+        candidates = added + [p for p in new.peers if p not in added]
+        changes: list[Change] = []
+        for ca in self.stream_consumers(new.account, new.name):
+            follows = not ca.config.num_replicas and len(ca.peers) == len(old.peers)
+            want = len(new.peers) if follows else min(len(ca.peers), len(new.peers))
+            peers = [p for p in ca.peers if p in new.peers][:want]
+            peers += [p for p in candidates if p not in peers][: want - len(peers)]
+            if tuple(peers) == ca.peers:
+                continue
+            moved = msgspec.structs.replace(ca, peers=tuple(peers))
+            ckey = (ca.account, ca.stream, ca.name)
+            self.consumers[ckey] = moved
+            changes.append(ConsumerChanged(ckey, ca, moved))
+        return changes
 
     def stream_consumers(self, account: str, stream: str) -> list[ConsumerAssignment]:
         return [ca for k, ca in self.consumers.items() if k[:2] == (account, stream)]

@@ -62,3 +62,37 @@ def test_snapshot_restores_the_same_state_and_reports_the_difference() -> None:
     assert ("StreamChanged", ("$G", "B")) in kinds and ("StreamChanged", ("$G", "A")) in kinds
     assert ("ConsumerChanged", ("$G", "A", "c")) in kinds
     assert a.assets_of("n1") == (3, 3)
+
+
+def cap(stream: str, name: str, peers: tuple[str, ...], replicas: int = 0
+        ) -> ConsumerAssignment:
+    cfg = ConsumerConfig(name=name, num_replicas=replicas)
+    return ConsumerAssignment("$G", stream, name, cfg, f"C-{name}", peers, 2)
+
+
+def test_consumers_follow_their_stream_when_its_servers_change() -> None:
+    """Found by the cluster simulator (seeds 5 and 9): scaling a stream down left its
+    consumers on servers without it, and a meta leader lost between a peer removal's
+    stream and consumer proposals left a consumer on the removed server for good."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(AssignConsumer(cap("A", "all", ("n1", "n2", "n3"))))
+    state.apply(AssignConsumer(cap("A", "one", ("n3",), replicas=1)))
+    # Peer removal: n3 is replaced by n4 in the stream and in both consumers.
+    changes = state.apply(AssignStream(sa("A", ("n1", "n2", "n4"))))
+    assert [type(c).__name__ for c in changes] == ["StreamChanged", "ConsumerChanged",
+                                                   "ConsumerChanged"]
+    assert state.consumers[("$G", "A", "all")].peers == ("n1", "n2", "n4")
+    assert state.consumers[("$G", "A", "one")].peers == ("n4",)
+    # Scaling down to one server: the following consumer shrinks with it.
+    state.apply(AssignStream(sa("A", ("n2",))))
+    assert state.consumers[("$G", "A", "all")].peers == ("n2",)
+    assert state.consumers[("$G", "A", "one")].peers == ("n2",)
+    # And grows back; the one with its own replica count stays at one.
+    state.apply(AssignStream(sa("A", ("n2", "n5", "n1"))))
+    assert state.consumers[("$G", "A", "all")].peers == ("n2", "n5", "n1")
+    assert state.consumers[("$G", "A", "one")].peers == ("n2",)
+    # A config change that keeps the servers moves nothing.
+    same = StreamAssignment("$G", StreamConfig(name="A", subjects=("A", "B")), "S-A",
+                            ("n2", "n5", "n1"), 1)
+    assert len(state.apply(AssignStream(same))) == 1
