@@ -1,0 +1,363 @@
+"""One simulated server: one disk, the meta group's replica, stream and consumer replicas.
+
+What the server does with its replicas mirrors server/js/clustered/jetstream.py, on
+simulated time and without asyncio:
+
+* the meta group's applied changes are queued and carried out after each pump (the
+  server's change queue): a stream or consumer assigned here gets a replica (a server
+  joining an existing group starts it without peers: the group's leader adds it);
+  one taken out keeps serving (``leaving``) until its group let it go, or a timeout, and
+  is then destroyed with its log; one deleted is destroyed at once;
+* changes replayed from the meta log on restart (``replay``) start replicas as "known":
+  an empty log then means the server lost it, and the replica rejoins as damaged;
+* a new group's first-placed server campaigns at once;
+* a consumer replica reads the stream replica of its server that existed when it was made.
+
+A crash (power loss) or kill stops every replica of the server at once; a restart starts
+a new "process": the meta replica replays its log and the replicas are made again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from jetraft.jetstream.consumer import ConsumerCore
+from jetraft.jetstream.meta import (
+    Change,
+    ConsumerAssignment,
+    ConsumerChanged,
+    StreamAssignment,
+    StreamChanged,
+)
+from jetraft.raft.disk import MemDisk
+from jetraft.raft.driver import State
+from jetraft.raft.ready import Role
+from jetraft.raft.sim.node import SimNode
+from jetraft.raft.wal import Recovered
+
+from .leaders import ConsumerDuty, StreamDuty
+from .machines import ConsumerMachine, MetaMachine, StreamMachine
+
+if TYPE_CHECKING:
+    from .world import ClusterWorld
+
+META_GROUP = "_meta_"
+RAFT_ROOT = "/jetstream/_raft_"
+LEAVE_TIMEOUT_TICKS = 600  # the server's LEAVE_TIMEOUT_S (30 s) in 50 ms ticks
+
+
+def raft_dir(group: str) -> str:
+    return f"{RAFT_ROOT}/{group}"
+
+
+class Replica:
+    """This server's replica of one stream or consumer group (one process's life)."""
+
+    def __init__(self, server: SimServer, kind: str, key: tuple[str, ...], group: str,
+                 node: SimNode) -> None:
+        self.server = server
+        self.kind = kind
+        self.key = key
+        self.group = group
+        self.node = node
+        self.closed = False
+        self.removed = False
+        self.leaving_since: int | None = None
+        self.stream_machine: StreamMachine | None = None
+        self.consumer_machine: ConsumerMachine | None = None
+        self.sa: StreamAssignment | None = None
+        self.ca: ConsumerAssignment | None = None
+        self.stream_ref: Replica | None = None  # a consumer's stream replica
+        self.duty: StreamDuty | ConsumerDuty | None = None
+
+    @property
+    def running(self) -> bool:
+        d = self.node.driver
+        return not self.closed and self.node.up and d is not None and d.running
+
+    @property
+    def raft_leader(self) -> bool:
+        d = self.node.driver
+        return self.running and d is not None and d.core.role is Role.LEADER
+
+    def members(self) -> tuple[str, ...]:
+        """Voters and learners of the configuration in force here (RaftGroup.members)."""
+        d = self.node.driver
+        if d is None:
+            return self.node.peers
+        m = d.core.membership
+        return (*m.voters, *m.learners) if m.voters else self.node.peers
+
+    def stream(self) -> StreamMachine:
+        assert self.stream_machine is not None
+        return self.stream_machine
+
+    def consumer(self) -> ConsumerMachine:
+        assert self.consumer_machine is not None
+        return self.consumer_machine
+
+
+class SimServer:
+    def __init__(self, world: ClusterWorld, name: str, servers: tuple[str, ...]) -> None:
+        self.world = world
+        self.name = name
+        self.servers = servers
+        self.disk = MemDisk()
+        self.up = False
+        self.incarnation = 0
+        self.nodes: dict[str, SimNode] = {}  # group -> its replica's node, across lives
+        self.meta: MetaMachine | None = None
+        self.meta_recovered_last = 0
+        self.streams: dict[tuple[str, ...], Replica] = {}
+        self.consumers: dict[tuple[str, ...], Replica] = {}
+        self.leaving: dict[tuple[str, ...], Replica] = {}
+        self.changes: list[tuple[Change, bool]] = []
+        self.tick_phase = 0
+        self.tick_period = 4
+
+    # ------------------------------------------------------------------ lives
+    def replicas(self) -> list[Replica]:
+        return [*self.streams.values(), *self.consumers.values(), *self.leaving.values()]
+
+    def start(self) -> None:
+        """A new process: the meta replica first (its replay makes the others)."""
+        self.incarnation += 1
+        self.up = True
+        self.streams, self.consumers, self.leaving = {}, {}, {}
+        self.changes = []
+        node = self._node(META_GROUP, self.servers)
+        node.sm_factory = lambda disk: self._new_meta()
+
+        def note(rec: Recovered) -> Recovered:
+            last = rec.entries[-1].index if rec.entries else 0
+            snap = rec.snapshot.meta.index if rec.snapshot is not None else 0
+            self.meta_recovered_last = max(last, snap, rec.hard_state.commit)
+            return rec
+
+        node.recover_hook = note
+        self.world.start_node(self, META_GROUP, node)
+        self.process_changes()
+
+    def _new_meta(self) -> MetaMachine:
+        self.meta = MetaMachine(self._meta_changed)
+        return self.meta
+
+    def _meta_changed(self, changes: list[Change], index: int | None) -> None:
+        replay = index is None or index <= self.meta_recovered_last
+        self.changes.extend((c, replay) for c in changes)
+        if self.meta is not None:
+            self.world.checks.placement(self.meta.state)
+
+    def stop(self) -> None:
+        """The process is gone (the caller crashes or keeps the disk)."""
+        for node in self.nodes.values():
+            node.halt()
+        for replica in self.replicas():
+            replica.closed = True
+        self.up = False
+        self.meta = None
+        self.streams, self.consumers, self.leaving = {}, {}, {}
+        self.changes = []
+
+    def _node(self, group: str, peers: tuple[str, ...]) -> SimNode:
+        node = self.nodes.get(group)
+        if node is None:
+            node = self.world.new_node(self, group)
+            self.nodes[group] = node
+        node.peers = peers
+        node.recover_hook = lambda rec: rec
+        return node
+
+    # ------------------------------------------------------------------ the meta group
+    @property
+    def meta_node(self) -> SimNode:
+        return self.nodes[META_GROUP]
+
+    def meta_leader(self) -> bool:
+        d = self.meta_node.driver
+        return self.up and d is not None and d.running and d.core.role is Role.LEADER
+
+    def meta_leader_name(self) -> str:
+        d = self.meta_node.driver
+        return d.core.lead if self.up and d is not None else ""
+
+    def process_changes(self) -> None:
+        while self.up and self.changes:
+            change, replay = self.changes.pop(0)
+            if isinstance(change, StreamChanged):
+                self._stream_changed(change, replay)
+            else:
+                self._consumer_changed(change, replay)
+
+    def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
+        me, key, new = self.name, change.key, change.new
+        replica = self.streams.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            del self.streams[key]
+            self._start_leaving(key, replica)
+            replica.sa = new
+            self._assignment_changed(replica)
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            replica = self.streams[key] = self.leaving.pop(key)
+            replica.leaving_since = None
+        if new is None or me not in new.peers:
+            if replica is not None:
+                del self.streams[key]
+                self.destroy(replica)
+            elif new is None and change.old is not None:
+                self.remove_dir(change.old.group)
+            return
+        if replica is not None:
+            replica.sa = new
+            self._assignment_changed(replica)
+            return
+        joining = change.old is not None and me not in change.old.peers
+        node = self._node(new.group, () if joining else new.peers)
+        replica = Replica(self, "stream", key, new.group, node)
+        replica.sa = new
+
+        def machine(disk: MemDisk) -> StreamMachine:
+            assert replica.sa is not None
+            replica.stream_machine = StreamMachine(replica.sa.config, replica.sa.created_ns)
+            return replica.stream_machine
+
+        node.sm_factory = machine
+        replica.duty = StreamDuty(replica)
+        self.streams[key] = replica
+        self._start_replica(replica, known=replay)
+
+    def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
+        me, key, new = self.name, change.key, change.new
+        replica = self.consumers.get(key)
+        if new is not None and me not in new.peers and replica is not None:
+            del self.consumers[key]
+            self._start_leaving(key, replica)
+            replica.ca = new
+            self._assignment_changed(replica)
+            return
+        if replica is None and new is not None and me in new.peers and key in self.leaving:
+            replica = self.consumers[key] = self.leaving.pop(key)
+            replica.leaving_since = None
+        if new is None or me not in new.peers:
+            if replica is not None:
+                del self.consumers[key]
+                self.destroy(replica)
+            elif change.old is not None and new is None:
+                self.remove_dir(change.old.group)
+            return
+        if replica is not None:
+            replica.ca = new
+            self._assignment_changed(replica)
+            return
+        stream = self.streams.get(key[:2])
+        if stream is None:
+            self.world.trace(f"{me}: consumer {key[2]}: its stream has no replica here")
+            self.world.stats["orphan_consumers"] += 1
+            return
+        joining = change.old is not None and me not in change.old.peers
+        node = self._node(new.group, () if joining else new.peers)
+        replica = Replica(self, "consumer", key, new.group, node)
+        replica.ca = new
+        self.world.checks.consumer_of[new.group] = key
+        replica.stream_ref = stream
+
+        def machine(disk: MemDisk) -> ConsumerMachine:
+            ca = replica.ca
+            assert ca is not None
+            core = ConsumerCore(ca.stream, ca.name, ca.config, ca.created_ns)
+            replica.consumer_machine = ConsumerMachine(core)
+            return replica.consumer_machine
+
+        node.sm_factory = machine
+        replica.duty = ConsumerDuty(replica)
+        self.consumers[key] = replica
+        self._start_replica(replica, known=replay)
+
+    def _assignment_changed(self, replica: Replica) -> None:
+        if replica.duty is not None:
+            replica.duty.assignment_changed()
+
+    def _start_replica(self, replica: Replica, *, known: bool) -> None:
+        """RaftGroup.start: a known group with an empty log lost it (damaged replica);
+        a fresh group's first-placed server campaigns at once."""
+        node = replica.node
+        seen: list[bool] = []
+
+        def check(rec: Recovered) -> Recovered:
+            empty = not rec.entries and rec.snapshot is None and not rec.hard_state.term
+            seen.append(empty)
+            if known and empty and rec.corrupt is None:
+                self.world.trace(f"{self.name}: {replica.group}: no log although the group "
+                                 "exists: rejoins as a damaged replica")
+                return dataclasses.replace(rec, corrupt="log lost")
+            return rec
+
+        node.recover_hook = check
+        self.world.start_node(self, replica.group, node, replica)
+        fresh = bool(seen) and seen[0] and not known
+        d = node.driver
+        if fresh and node.peers and node.peers[0] == self.name and d is not None and node.up:
+            d.core.campaign()
+            self.world.pump(self, node)
+
+    # ------------------------------------------------------------------ leaving
+    def _start_leaving(self, key: tuple[str, ...], replica: Replica) -> None:
+        self.leaving[key] = replica
+        replica.leaving_since = self.world.tick_no
+        self.world.trace(f"{self.name}: {replica.group}: no longer a replica here")
+
+    def leave_step(self, replica: Replica) -> None:
+        """One turn of the server's _leave loop for a replica taken out of its group."""
+        if self.leaving.get(replica.key) is not replica or replica.closed:
+            return
+        since = replica.leaving_since or 0
+        if self.world.tick_no - since < LEAVE_TIMEOUT_TICKS:
+            d = replica.node.driver
+            if replica.raft_leader and d is not None:
+                self.world.transfer(self, replica.node)
+                return
+            if not (replica.removed or self.name not in replica.members()):
+                return
+        del self.leaving[replica.key]
+        self.destroy(replica)
+
+    # ------------------------------------------------------------------ removal
+    def destroy(self, replica: Replica) -> None:
+        """Stop the replica and remove its log (RaftGroup.destroy: rmtree)."""
+        replica.closed = True
+        if replica.duty is not None:
+            replica.duty.closed()
+        node = replica.node
+        node.halt()
+        self.world.forget_node(self, replica.group)
+        self.nodes.pop(replica.group, None)
+        self.remove_dir(replica.group)
+        self.world.trace(f"{self.name}: {replica.group}: replica destroyed")
+
+    def remove_dir(self, group: str) -> None:
+        """shutil.rmtree of the group's directory: files unlinked, the directory removed,
+        nothing synced (a power loss may bring files back, as on a real file system)."""
+        d = raft_dir(group)
+        disk = self.disk
+        if not disk.exists(d):
+            return
+        for name in disk.list(d):
+            path = f"{d}/{name}"
+            if disk.exists(path):
+                try:
+                    disk.remove(path)
+                except FileNotFoundError:
+                    continue
+        if self.world.fixed("durable_destroy"):
+            disk.sync_dir(d)
+
+    # ------------------------------------------------------------------ queries
+    def driver_state(self, group: str) -> State | None:
+        node = self.nodes.get(group)
+        return node.driver.state if node is not None and node.driver is not None else None
+
+
+Callback = Callable[[object], None]
