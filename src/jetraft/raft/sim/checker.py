@@ -191,8 +191,8 @@ class Checker:
                 v = by_id.get(vid)
                 if v is None or x.id not in v.voters or v.damaged:
                     continue  # gone, ignores our requests, or its log is not to be trusted
-                if v.corrupt and mine[0] <= v.repair_term:
-                    continue
+                if v.corrupt and (mine[0] <= v.repair_term or not v.repair_term):
+                    continue  # a damaged voter's rule (a lost log votes for nobody)
                 if v is x or mine >= (v.vote_last_term, v.vote_last_index):
                     granted += 1
             if granted > len(x.voters) // 2:
