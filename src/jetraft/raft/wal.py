@@ -405,6 +405,16 @@ class Wal:
 
     # -- the rest -----------------------------------------------------------------------------
 
+    def mark_corrupt(self, reason: str) -> None:
+        """Record damage found outside the log (its owner knows the group existed, but
+        the log is gone: "log lost"): durably, so that every later open reports it too
+        until ``clear_corruption()``, as for damage found in the records."""
+        self._check_usable()
+        path = self._path(CORRUPT_MARKER)
+        known = self._disk.read(path).decode().splitlines() if self._disk.exists(path) else []
+        if reason not in known:
+            self._disk.write_atomic(path, "\n".join([*known, reason]).encode())
+
     def clear_corruption(self) -> None:
         """Forget reported corruption (the node repaired its log from its peers): later opens
         no longer report it. Damaged files stay moved aside."""
