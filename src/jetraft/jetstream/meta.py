@@ -6,7 +6,9 @@ The meta leader decides (validation, placement) and proposes; applying never dec
 anything that could differ between servers.
 
 * ``StreamAssignment``: a stream of an account, its config, its RAFT group's name and the
-  servers that hold it (the first is the preferred leader at creation).
+  servers that hold it (the first is the preferred leader at creation), and the config
+  its group started with once it changed (``first_config``: what a replica replaying the
+  log from the start must begin with).
 * ``ConsumerAssignment``: a consumer of a stream, placed on servers of its stream.
 
 Entries: ``AssignStream`` (create, or replace: a config update, a peer change),
@@ -31,6 +33,15 @@ class StreamAssignment(msgspec.Struct, frozen=True, array_like=True):
     group: str
     peers: tuple[str, ...]
     created_ns: int
+    # The config the stream's group started with, once it has another (set by apply): a
+    # replica that replays the group's log from its first entry must start with it, as
+    # the entries before an UpdateConfig were applied under it.
+    initial_config: StreamConfig | None = None
+
+    @property
+    def first_config(self) -> StreamConfig:
+        """What a replica's stream starts with before it applies the group's log."""
+        return self.initial_config if self.initial_config is not None else self.config
 
     @property
     def name(self) -> str:
@@ -123,6 +134,10 @@ class MetaState:
             sa = entry.sa
             key = (sa.account, sa.name)
             old = self.streams.get(key)
+            if old is not None and old.group == sa.group and sa.initial_config is None:
+                first = old.first_config
+                if first != sa.config:
+                    sa = msgspec.structs.replace(sa, initial_config=first)
             self.streams[key] = sa
             moved = self._follow(old, sa) if old is not None else []
             return [StreamChanged(key, old, sa), *moved]

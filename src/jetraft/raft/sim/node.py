@@ -255,13 +255,13 @@ class SimNode:
         self.done_hook: Callable[[SimNode, object, Outcome], None] = lambda n, t, o: None
         self.removed_hook: Callable[[SimNode], None] = lambda n: None
         # What recovery found, before the driver sees it (a host may declare a log lost).
-        self.recover_hook: Callable[[Recovered], Recovered] = lambda rec: rec
+        self.recover_hook: Callable[[Wal, Recovered], Recovered] = lambda wal, rec: rec
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, rng: random.Random) -> str | None:
         """(Re)open the WAL and start a driver on it. Returns the corruption report."""
         wal, rec = Wal.open(self.disk, self.wal_dir, segment_bytes=self.segment_bytes)
-        rec = self.recover_hook(rec)
+        rec = self.recover_hook(wal, rec)
         self.incarnation += 1
         self.log = TrackingLog(wal, rec.hard_state)
         self.sm = self.sm_factory(self.disk)

@@ -35,7 +35,7 @@ from jetraft.raft.disk import MemDisk
 from jetraft.raft.driver import State
 from jetraft.raft.ready import Role
 from jetraft.raft.sim.node import SimNode
-from jetraft.raft.wal import Recovered
+from jetraft.raft.wal import Recovered, Wal
 
 from .leaders import ConsumerDuty, StreamDuty
 from .machines import ConsumerMachine, MetaMachine, StreamMachine
@@ -130,7 +130,7 @@ class SimServer:
         node = self._node(META_GROUP, self.servers)
         node.sm_factory = lambda disk: self._new_meta()
 
-        def note(rec: Recovered) -> Recovered:
+        def note(wal: Wal, rec: Recovered) -> Recovered:
             last = rec.entries[-1].index if rec.entries else 0
             snap = rec.snapshot.meta.index if rec.snapshot is not None else 0
             self.meta_recovered_last = max(last, snap, rec.hard_state.commit)
@@ -167,7 +167,7 @@ class SimServer:
             node = self.world.new_node(self, group)
             self.nodes[group] = node
         node.peers = peers
-        node.recover_hook = lambda rec: rec
+        node.recover_hook = lambda wal, rec: rec
         return node
 
     # ------------------------------------------------------------------ the meta group
@@ -201,14 +201,17 @@ class SimServer:
             self._assignment_changed(replica)
             return
         if replica is None and new is not None and me in new.peers and key in self.leaving:
-            replica = self.streams[key] = self.leaving.pop(key)
-            replica.leaving_since = None
+            replica = self._back(key)
+            if replica is not None:
+                self.streams[key] = replica
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.streams[key]
                 self.destroy(replica)
             elif new is None and change.old is not None:
                 self.remove_dir(change.old.group)
+            elif new is not None:
+                self._still_leaving(key, lambda r: setattr(r, "sa", new))
             return
         if replica is not None:
             replica.sa = new
@@ -220,8 +223,11 @@ class SimServer:
         replica.sa = new
 
         def machine(disk: MemDisk) -> StreamMachine:
-            assert replica.sa is not None
-            replica.stream_machine = StreamMachine(replica.sa.config, replica.sa.created_ns)
+            sa = replica.sa
+            assert sa is not None
+            fixed = self.world.fixed("replica_starts_with_first_config")
+            config = sa.first_config if fixed else sa.config
+            replica.stream_machine = StreamMachine(config, sa.created_ns)
             return replica.stream_machine
 
         node.sm_factory = machine
@@ -239,14 +245,17 @@ class SimServer:
             self._assignment_changed(replica)
             return
         if replica is None and new is not None and me in new.peers and key in self.leaving:
-            replica = self.consumers[key] = self.leaving.pop(key)
-            replica.leaving_since = None
+            replica = self._back(key)
+            if replica is not None:
+                self.consumers[key] = replica
         if new is None or me not in new.peers:
             if replica is not None:
                 del self.consumers[key]
                 self.destroy(replica)
             elif change.old is not None and new is None:
                 self.remove_dir(change.old.group)
+            elif new is not None:
+                self._still_leaving(key, lambda r: setattr(r, "ca", new))
             return
         if replica is not None:
             replica.ca = new
@@ -285,13 +294,19 @@ class SimServer:
         a fresh group's first-placed server campaigns at once."""
         node = replica.node
         seen: list[bool] = []
+        missing = not self.disk.exists(raft_dir(replica.group))
 
-        def check(rec: Recovered) -> Recovered:
+        def check(wal: Wal, rec: Recovered) -> Recovered:
             empty = not rec.entries and rec.snapshot is None and not rec.hard_state.term
             seen.append(empty)
-            if known and empty and rec.corrupt is None:
+            lost = empty and (missing or not self.world.fixed("lost_log_means_missing_dir"))
+            if known and empty and self.world.fixed("replay_empty_joins"):
+                node.peers = ()  # a joiner: its configuration comes from the leader
+            if known and lost and rec.corrupt is None:
                 self.world.trace(f"{self.name}: {replica.group}: no log although the group "
                                  "exists: rejoins as a damaged replica")
+                if self.world.fixed("lost_log_marked"):
+                    wal.mark_corrupt("log lost")
                 return dataclasses.replace(rec, corrupt="log lost")
             return rec
 
@@ -304,6 +319,29 @@ class SimServer:
             self.world.pump(self, node)
 
     # ------------------------------------------------------------------ leaving
+    def _back(self, key: tuple[str, ...]) -> Replica | None:
+        """Assigned here again before the replica left. The server's code takes it back
+        as it is; one its group already let go (stopped for good) then never runs again,
+        and the group's leader waits for it forever. The fix destroys such a replica and
+        makes a fresh one (None)."""
+        replica = self.leaving.pop(key)
+        gone = replica.removed or replica.node.driver is None
+        if gone and self.world.fixed("rejoin_fresh"):
+            self.destroy(replica)
+            return None
+        replica.leaving_since = None
+        return replica
+
+    def _still_leaving(self, key: tuple[str, ...], assign: Callable[[Replica], None]
+                       ) -> None:
+        """A newer assignment that still leaves this server out. The server's code keeps
+        the leaving replica on the assignment it had when it started to leave (a leader
+        of it then reconciles the group towards a stale one); the fix gives it the new."""
+        replica = self.leaving.get(key)
+        if replica is not None and self.world.fixed("leaving_follows_assignment"):
+            assign(replica)
+            self._assignment_changed(replica)
+
     def _start_leaving(self, key: tuple[str, ...], replica: Replica) -> None:
         self.leaving[key] = replica
         replica.leaving_since = self.world.tick_no
@@ -317,12 +355,26 @@ class SimServer:
         if self.world.tick_no - since < LEAVE_TIMEOUT_TICKS:
             d = replica.node.driver
             if replica.raft_leader and d is not None:
-                self.world.transfer(self, replica.node)
+                self.world.transfer(self, replica.node, self._successor(replica))
                 return
             if not (replica.removed or self.name not in replica.members()):
                 return
         del self.leaving[replica.key]
         self.destroy(replica)
+
+    def _successor(self, replica: Replica) -> str | None:
+        """Whom a leaving leader hands over to: the server's code lets RAFT pick the most
+        up-to-date voter (often another replica on its way out, which hands it back);
+        the fix picks a voter of the assignment, or nobody yet (the reconcile task adds
+        one, then hands over itself)."""
+        if not self.world.fixed("leaving_follows_assignment"):
+            return None
+        d = replica.node.driver
+        assert d is not None
+        peers = replica.sa.peers if replica.sa is not None else (
+            replica.ca.peers if replica.ca is not None else ())
+        voters = d.core.membership.voters
+        return next((p for p in sorted(peers) if p in voters), "")
 
     # ------------------------------------------------------------------ removal
     def destroy(self, replica: Replica) -> None:
@@ -339,7 +391,8 @@ class SimServer:
 
     def remove_dir(self, group: str) -> None:
         """shutil.rmtree of the group's directory: files unlinked, the directory removed,
-        nothing synced (a power loss may bring files back, as on a real file system)."""
+        nothing synced (a power loss may bring files back, as on a real file system;
+        the fix syncs the unlinks first)."""
         d = raft_dir(group)
         disk = self.disk
         if not disk.exists(d):
@@ -353,6 +406,8 @@ class SimServer:
                     continue
         if self.world.fixed("durable_destroy"):
             disk.sync_dir(d)
+        if not disk.list(d):
+            disk.rmdir(d)
 
     # ------------------------------------------------------------------ queries
     def driver_state(self, group: str) -> State | None:

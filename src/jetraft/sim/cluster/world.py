@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from jetraft.raft.driver import Item
 from jetraft.raft.messages import Message
 from jetraft.raft.ready import RaftConfig, RaftError, Ready, SoftState
-from jetraft.raft.sim.checker import Checker, Violation
+from jetraft.raft.core import RaftCore
+from jetraft.raft.sim.checker import Checker, Electorate, Violation
 from jetraft.raft.sim.faults import FaultRates
 from jetraft.raft.sim.network import NetConfig, Network
 from jetraft.raft.sim.node import SimNode, hash_sm
@@ -58,6 +59,43 @@ FIXES: dict[str, str] = {
         "without it a power loss brings back some of the unlinked segments, and the "
         "replica restarts on an older log (seed 10: an old configuration in which it "
         "was the only voter)"),
+    "replica_starts_with_first_config": (
+        "a stream replica starts its Stream with the config its group started with "
+        "(StreamAssignment.first_config), not the assignment's current one: a replica "
+        "joining or restarting without a snapshot replays the group's log from its first "
+        "entry, and entries before an UpdateConfig were applied under the old config "
+        "(seed 20: a smaller max_msg_size refused messages the others had stored)"),
+    "leaving_follows_assignment": (
+        "a replica on its way out of a group (_leave) takes newer assignments that still "
+        "leave its server out, so as a leader it reconciles towards the current one, and "
+        "hands leadership only to a voter of that assignment; the server keeps it on the "
+        "assignment it left with and steps down to whichever voter RAFT picks, so two "
+        "leaving replicas hand leadership back and forth, reshaping the group towards an "
+        "old assignment (seed 6: 170 terms, never converged)"),
+    "lost_log_marked": (
+        "a replica declared damaged because its log is lost (RaftGroup.start: a known "
+        "group, an empty log) records that durably (Wal.mark_corrupt); the server only "
+        "tells the driver, so after the damaged replica persisted its new term, the next "
+        "restart finds a non-empty log and starts it as a healthy replica: an empty log "
+        "that campaigns (seed 39: the sole voter of an old configuration, elected)"),
+    "rejoin_fresh": (
+        "a server assigned to a group again while its old replica is still leaving takes "
+        "that replica back only if its group has not let it go; one stopped for good "
+        "(removed) is destroyed and a fresh replica joins (seed 28: the leader waited for "
+        "a learner that never ran)"),
+    "lost_log_means_missing_dir": (
+        "a known group's replica counts as having lost its log only when the group's "
+        "directory is gone (the disk was wiped, or the server had removed it), not when "
+        "the directory is there but empty: then the replica never made anything durable, "
+        "so it acknowledged nothing and voted for nobody, and may vote as a fresh one. "
+        "Needed with the RAFT rule that a replica which recovered nothing at all votes "
+        "for nobody until repaired (seed 31: a two-voter group whose other voter crashed "
+        "before its first fsync could never elect a leader)"),
+    "replay_empty_joins": (
+        "a replica started from the meta log's replay with an empty log starts without "
+        "peers, as a joiner that learns its configuration from the group's leader; the "
+        "server gives it the peers of the assignment being replayed, possibly the group's "
+        "first, so two such replicas elect each other with empty logs (seed 14)"),
 }
 ALL_FIXES = frozenset(FIXES)
 
@@ -89,13 +127,60 @@ class Envelope:
     msg: Message
 
 
+class GroupChecker(Checker):
+    """The RAFT checker of one group; its violations name the group."""
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self.group = group
+
+    def _named(self, exc: Violation) -> Violation:
+        return Violation(f"group {self.group}: {exc}")
+
+    def on_ready(self, node_id: str, core: RaftCore, rd: Ready) -> None:
+        try:
+            super().on_ready(node_id, core, rd)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+    def on_commit(self, node_id: str, e: Entry) -> None:
+        try:
+            super().on_commit(node_id, e)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+    def on_apply(self, node_id: str, e: Entry, digest: bytes) -> None:
+        try:
+            super().on_apply(node_id, e, digest)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+    def on_restore(self, node_id: str, meta: SnapshotMeta, digest: bytes) -> None:
+        try:
+            super().on_restore(node_id, meta, digest)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+    def on_send(self, node_id: str, m: Message, durable: tuple[int, str, int]) -> None:
+        try:
+            super().on_send(node_id, m, durable)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+    def check_electable(self, world: Electorate) -> None:
+        try:
+            super().check_electable(world)
+        except Violation as exc:
+            raise self._named(exc) from None
+
+
 class GroupTrack:
     """One RAFT group across the cluster, as the checker sees it (checker.Electorate)."""
 
     def __init__(self, name: str, kind: str) -> None:
         self.name = name
         self.kind = kind
-        self.checker = Checker()
+        self.checker = GroupChecker(name)
         self.nodes: dict[str, SimNode] = {}
         self.damaged: dict[str, int] = {}
 
@@ -257,8 +342,9 @@ class ClusterWorld:
         return None
 
     def transfer(self, server: SimServer, node: SimNode, to: str | None = None) -> None:
+        """Leadership transfer (to: None lets RAFT pick; "" is nobody: nothing done)."""
         d = node.driver
-        if d is None or not node.up:
+        if d is None or not node.up or to == "":
             return
         try:
             target = d.core.transfer_leadership(to)
