@@ -96,3 +96,26 @@ def test_consumers_follow_their_stream_when_its_servers_change() -> None:
     same = StreamAssignment("$G", StreamConfig(name="A", subjects=("A", "B")), "S-A",
                             ("n2", "n5", "n1"), 1)
     assert len(state.apply(AssignStream(same))) == 1
+
+
+def test_an_assignment_keeps_the_config_its_group_started_with() -> None:
+    """Found by the cluster simulator (seed 20): a replica joining after a config update
+    replayed the group's first entries under the new config (a smaller max_msg_size
+    refused messages the others had stored) and the replicas' streams differed."""
+    state = MetaState()
+    first = sa("A")
+    state.apply(AssignStream(first))
+    assert state.streams[("$G", "A")].first_config == first.config
+    smaller = StreamConfig(name="A", subjects=("A",), max_msg_size=64)
+    state.apply(AssignStream(StreamAssignment("$G", smaller, "S-A", first.peers, 1)))
+    now = state.streams[("$G", "A")]
+    assert now.config == smaller and now.first_config == first.config
+    # Later updates and snapshots keep it.
+    state.apply(AssignStream(StreamAssignment("$G", first.config, "S-A", ("n1",), 1)))
+    again = MetaState()
+    again.restore(state.snapshot())
+    assert again.streams[("$G", "A")].first_config == first.config
+    # A stream made again (a new group) starts afresh.
+    state.apply(RemoveStream("$G", "A"))
+    state.apply(AssignStream(StreamAssignment("$G", smaller, "S-A2", first.peers, 3)))
+    assert state.streams[("$G", "A")].first_config == smaller
