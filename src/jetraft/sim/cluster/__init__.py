@@ -5,6 +5,15 @@ groups on simulated servers, under faults (see world.py).
 `python -m jetraft.sim --cluster --seeds N` runs a campaign.
 """
 
-from .world import ClusterConfig, ClusterWorld, run_cluster_seed
+from .world import (
+    ALL_FIXES,
+    FIXES,
+    ClusterConfig,
+    ClusterWorld,
+    cluster_config,
+    run_cluster_any,
+    run_cluster_seed,
+)
 
-__all__ = ["ClusterConfig", "ClusterWorld", "run_cluster_seed"]
+__all__ = ["ALL_FIXES", "FIXES", "ClusterConfig", "ClusterWorld", "cluster_config",
+           "run_cluster_any", "run_cluster_seed"]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 META_GROUP = "_meta_"
 RAFT_ROOT = "/jetstream/_raft_"
+META_APPLIED = "/jetstream/meta_applied"  # the fix "meta_applied_recorded"
 LEAVE_TIMEOUT_TICKS = 600  # the server's LEAVE_TIMEOUT_S (30 s) in 50 ms ticks
 
 
@@ -134,6 +135,10 @@ class SimServer:
             last = rec.entries[-1].index if rec.entries else 0
             snap = rec.snapshot.meta.index if rec.snapshot is not None else 0
             self.meta_recovered_last = max(last, snap, rec.hard_state.commit)
+            if self.world.fixed("meta_applied_recorded"):
+                disk = self.disk
+                done = disk.read(META_APPLIED) if disk.exists(META_APPLIED) else b"0"
+                self.meta_recovered_last = int(done)
             return rec
 
         node.recover_hook = note
@@ -184,12 +189,20 @@ class SimServer:
         return d.core.lead if self.up and d is not None else ""
 
     def process_changes(self) -> None:
+        done = False
         while self.up and self.changes:
             change, replay = self.changes.pop(0)
+            done = True
             if isinstance(change, StreamChanged):
                 self._stream_changed(change, replay)
             else:
                 self._consumer_changed(change, replay)
+        meta = self.meta
+        if done and self.up and meta is not None and self.world.fixed("meta_applied_recorded"):
+            # Every change up to the meta index applied is carried out: say so durably, so
+            # that a restart tells the changes carried out before from new ones.
+            self.disk.makedirs(RAFT_ROOT)
+            self.disk.write_atomic(META_APPLIED, str(meta.index).encode())
 
     def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
         me, key, new = self.name, change.key, change.new

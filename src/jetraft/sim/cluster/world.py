@@ -96,6 +96,16 @@ FIXES: dict[str, str] = {
         "peers, as a joiner that learns its configuration from the group's leader; the "
         "server gives it the peers of the assignment being replayed, possibly the group's "
         "first, so two such replicas elect each other with empty logs (seed 14)"),
+    "meta_applied_recorded": (
+        "the server records durably the meta index up to which it has carried out the "
+        "meta group's changes (starting, reshaping, destroying replicas), and on restart "
+        "counts as replayed (\"known\" groups) exactly the entries up to there. The "
+        "server counts every entry in the meta log as replayed: an entry not committed "
+        "before the restart was never carried out, so a new R1 stream's only replica "
+        "started as one that lost its log and was never led (seed 60); and counting only "
+        "up to the durable commit index is no better, as it lags: an old assignment "
+        "applied again made a destroyed replica fresh, the only voter, elected (seed 60 "
+        "again, with that rule)"),
 }
 ALL_FIXES = frozenset(FIXES)
 
@@ -526,6 +536,33 @@ def _done(node: SimNode, token: object, outcome: object) -> None:
         token(outcome)
 
 
+class ClusterResult(SeedResult):
+    def replay_command(self) -> str:
+        off = self.sm.removeprefix("cluster").removeprefix("-without:")
+        without = f" --without {off}" if off else ""
+        return (f"python -m jetraft.sim --cluster --seed {self.seed} --nodes {self.nodes}"
+                f"{without} --trace")
+
+
+def cluster_config(servers: int, without: frozenset[str] = frozenset()) -> ClusterConfig:
+    unknown = without - ALL_FIXES
+    if unknown:
+        raise ValueError(f"unknown fixes: {', '.join(sorted(unknown))}")
+    return ClusterConfig(servers=servers, fixes=ALL_FIXES - without)
+
+
 def run_cluster_seed(seed: int, cfg: ClusterConfig | None = None,
                      trace: Callable[[str], None] | None = None) -> SeedResult:
-    return ClusterWorld(seed, cfg or ClusterConfig(), trace).run()
+    cfg = cfg or ClusterConfig(fixes=ALL_FIXES)
+    res = ClusterWorld(seed, cfg, trace).run()
+    off = ",".join(sorted(ALL_FIXES - cfg.fixes))
+    name = "cluster" + (f"-without:{off}" if off else "")
+    return ClusterResult(res.seed, res.nodes, res.ok, res.error, res.ticks, res.stats, name)
+
+
+def run_cluster_any(args: tuple[int, int, str]) -> SeedResult:
+    """run_cluster_seed for (seed, servers, "cluster[-without:fix,...]"), for a pool."""
+    seed, servers, name = args
+    off = name.removeprefix("cluster").removeprefix("-without:")
+    without = frozenset(off.split(",")) if off else frozenset()
+    return run_cluster_seed(seed, cluster_config(servers, without))
