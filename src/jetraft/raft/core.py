@@ -596,7 +596,8 @@ class RaftCore:
     def _flush(self) -> None:
         if self.role is not Role.LEADER:
             return
-        replication.maybe_commit(self)
+        if replication.maybe_commit(self):
+            self.bcast = True  # our own entries became durable: tell the followers
         if self.bcast and self.role is Role.LEADER:
             self.bcast = False
             for pid in self.prs:

@@ -188,12 +188,23 @@ def maybe_commit(core: RaftCore) -> bool:
     voters = core.membership.voters
     if not voters:
         return False
-    matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
+    log = core.log
+
+    def match(v: str) -> int:
+        pr = core.prs.get(v)
+        if pr is None:
+            return 0
+        # Our own copy counts once durable: a single voter's entries would otherwise be
+        # committed at append, and the commit index sent to learners and removed replicas
+        # with the AppendEntries that overlap our fsync (they would apply entries that a
+        # crash before that fsync loses).
+        return min(pr.match, log.stable) if v == core.id else pr.match
+
+    matches = sorted((match(v) for v in voters), reverse=True)
     q = core.membership.quorum()
     if q > len(matches):
         return False  # fewer voters known than a quorum of the cluster's size
     mci = matches[q - 1]
-    log = core.log
     if mci <= log.committed or log.term(mci) != core.term:
         return False
     log.commit_to(mci)

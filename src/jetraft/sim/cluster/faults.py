@@ -136,16 +136,16 @@ class ClusterFaults:
                 del track.damaged[other]
         if server.name in track.damaged:
             return True
-        configs = {n.driver.core.membership for n in track.nodes.values()
-                   if n.driver is not None}
+        cores = [n.driver.core if n.driver is not None else n.last_core
+                 for n in track.nodes.values()]
+        configs = {c.membership for c in cores if c is not None}
         if len(configs) != 1:
             return False  # a change in flight (or nobody knows the configuration)
         voters = len(next(iter(configs)).voters)
         if voters == 0:
             return False
-        for n in track.nodes.values():
-            if n.driver is not None and n.driver.core.corrupt:
-                return False  # a replica still rejoining (log lost) counts as damaged
+        if any(c is not None and c.corrupt for c in cores):
+            return False  # a replica still rejoining (log lost) counts as damaged
         return len(track.damaged) + 1 <= (voters - 1) // 2
 
     def _corrupt(self, server: SimServer, group: str) -> bool:

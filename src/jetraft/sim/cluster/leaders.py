@@ -272,9 +272,10 @@ class ConsumerDuty(Duty):
         core = m.core
         core.restore_cursor()
         self.runtime = True
-        if not m.started and not self.start_proposed:
+        src = self.source()
+        if not m.started and not self.start_proposed and src is not None:
             self.start_proposed = True
-            self.propose_entry(core.select_start(self.source()))
+            self.propose_entry(core.select_start(src))  # type: ignore[arg-type]
         self.start_reconcile()
 
     def assignment_changed(self) -> None:
@@ -285,8 +286,18 @@ class ConsumerDuty(Duty):
         super().closed()
         self.runtime = False
 
-    def source(self) -> object:
+    def source(self) -> object | None:
+        """The stream store deliveries read. The server's consumer replica keeps the
+        stream replica of its server that existed when it was made, even once that one
+        is destroyed (the server left the stream) and another made (it came back): it
+        then delivers from a store nobody updates. The fix reads the server's current
+        stream replica (none: nothing to deliver)."""
         ref = self.replica.stream_ref
+        if self.world.fixed("consumer_reads_current_stream"):
+            server, key = self.replica.server, self.replica.key[:2]
+            ref = server.streams.get(key) or server.leaving.get(key)
+            if ref is None or ref.closed or ref.stream_machine is None:
+                return None
         assert ref is not None
         return ref.stream().stream.store
 
@@ -315,6 +326,8 @@ class ConsumerDuty(Duty):
             return []
         core = self.replica.consumer().core
         src = self.source()
+        if src is None:
+            return []
         out: list[tuple[int, int, int]] = []
         now = self.world.now_ns(self.replica.server)
         for _ in range(batch * 2):

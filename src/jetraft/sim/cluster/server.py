@@ -231,9 +231,13 @@ class SimServer:
             self._assignment_changed(replica)
             return
         joining = change.old is not None and me not in change.old.peers
-        node = self._node(new.group, () if joining else new.peers)
-        replica = Replica(self, "stream", key, new.group, node)
-        replica.sa = new
+        self._make_stream(key, new, joining=joining, known=replay)
+
+    def _make_stream(self, key: tuple[str, ...], sa: StreamAssignment, *, joining: bool,
+                     known: bool) -> None:
+        node = self._node(sa.group, () if joining else sa.peers)
+        replica = Replica(self, "stream", key, sa.group, node)
+        replica.sa = sa
 
         def machine(disk: MemDisk) -> StreamMachine:
             sa = replica.sa
@@ -246,7 +250,7 @@ class SimServer:
         node.sm_factory = machine
         replica.duty = StreamDuty(replica)
         self.streams[key] = replica
-        self._start_replica(replica, known=replay)
+        self._start_replica(replica, known=known)
 
     def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
         me, key, new = self.name, change.key, change.new
@@ -280,10 +284,14 @@ class SimServer:
             self.world.stats["orphan_consumers"] += 1
             return
         joining = change.old is not None and me not in change.old.peers
-        node = self._node(new.group, () if joining else new.peers)
-        replica = Replica(self, "consumer", key, new.group, node)
-        replica.ca = new
-        self.world.checks.consumer_of[new.group] = key
+        self._make_consumer(key, new, stream, joining=joining, known=replay)
+
+    def _make_consumer(self, key: tuple[str, ...], ca: ConsumerAssignment, stream: Replica,
+                       *, joining: bool, known: bool) -> None:
+        node = self._node(ca.group, () if joining else ca.peers)
+        replica = Replica(self, "consumer", key, ca.group, node)
+        replica.ca = ca
+        self.world.checks.consumer_of[ca.group] = key
         replica.stream_ref = stream
 
         def machine(disk: MemDisk) -> ConsumerMachine:
@@ -296,7 +304,26 @@ class SimServer:
         node.sm_factory = machine
         replica.duty = ConsumerDuty(replica)
         self.consumers[key] = replica
-        self._start_replica(replica, known=replay)
+        self._start_replica(replica, known=known)
+
+    def check_removed(self) -> None:
+        """A replica its group let go (stopped for good) while this server is assigned to
+        it again (the assignment came back before the removal was applied): the server
+        keeps the stopped replica, and the group's leader waits for it as a learner
+        forever; the fix (rejoin_fresh) destroys it and joins with a fresh one."""
+        if not self.world.fixed("rejoin_fresh"):
+            return
+        for key, replica in list(self.streams.items()):
+            if replica.removed and replica.sa is not None:
+                del self.streams[key]
+                self.destroy(replica)
+                self._make_stream(key, replica.sa, joining=True, known=False)
+        for key, replica in list(self.consumers.items()):
+            stream = self.streams.get(key[:2])
+            if replica.removed and replica.ca is not None and stream is not None:
+                del self.consumers[key]
+                self.destroy(replica)
+                self._make_consumer(key, replica.ca, stream, joining=True, known=False)
 
     def _assignment_changed(self, replica: Replica) -> None:
         if replica.duty is not None:
@@ -313,8 +340,13 @@ class SimServer:
             empty = not rec.entries and rec.snapshot is None and not rec.hard_state.term
             seen.append(empty)
             lost = empty and (missing or not self.world.fixed("lost_log_means_missing_dir"))
-            if known and empty and self.world.fixed("replay_empty_joins"):
-                node.peers = ()  # a joiner: its configuration comes from the leader
+            if self.world.fixed("bootstrap_recorded"):
+                if not known and empty:
+                    wal.set_bootstrap(node.peers)  # before it takes part in anything
+                elif rec.bootstrap is not None:
+                    node.peers = rec.bootstrap  # as it started, whatever is replayed
+                elif missing:
+                    node.peers = ()  # lost: its configuration comes from the leader
             if known and lost and rec.corrupt is None:
                 self.world.trace(f"{self.name}: {replica.group}: no log although the group "
                                  "exists: rejoins as a damaged replica")

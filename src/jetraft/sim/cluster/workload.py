@@ -81,17 +81,21 @@ class Workload:
         if not early and r.random() > 0.04:
             return
         roll = r.random()
+        # As the RAFT simulator: no reshaping of a group while one of its replicas is
+        # damaged (a quorum repairs one damaged replica; shrinking the group could leave
+        # the damaged one alone). Streams carry their consumers along.
+        steady = [n for n in streams if not self._damaged(state, n)]
         try:
             if early or (roll < 0.15 and len(streams) < MAX_STREAMS):
                 self._create_stream(leader)
             elif roll < 0.35 and streams:
                 self._create_consumer(leader, r.choice(streams))
-            elif roll < 0.5 and streams:
-                self._scale(leader, r.choice(streams))
+            elif roll < 0.5 and steady:
+                self._scale(leader, r.choice(steady))
             elif roll < 0.6 and streams:
                 self._update(leader, r.choice(streams))
-            elif roll < 0.72 and streams:
-                name = r.choice(streams)
+            elif roll < 0.72 and steady:
+                name = r.choice(steady)
                 peer = r.choice(state.streams[("$G", name)].peers)
                 w.clients.admin(admin.peer_remove(leader, name, peer, w.meta_rng),
                                 f"peer_remove {name} {peer}")
@@ -103,6 +107,14 @@ class Workload:
         except admin.Refused as exc:
             w.trace(f"api refused: {exc}")
             w.stats["api_refused"] += 1
+
+    def _damaged(self, state: object, name: str) -> bool:
+        from jetraft.jetstream.meta import MetaState
+
+        assert isinstance(state, MetaState)
+        sa = state.streams[("$G", name)]
+        groups = [sa.group, *(ca.group for ca in state.stream_consumers("$G", name))]
+        return any(g in self.w.groups and self.w.groups[g].damaged for g in groups)
 
     def _create_stream(self, leader: object) -> None:
         from .server import SimServer

@@ -82,7 +82,8 @@ FIXES: dict[str, str] = {
         "a server assigned to a group again while its old replica is still leaving takes "
         "that replica back only if its group has not let it go; one stopped for good "
         "(removed) is destroyed and a fresh replica joins (seed 28: the leader waited for "
-        "a learner that never ran)"),
+        "a learner that never ran); the same for a replica assigned here again before its "
+        "removal was applied (seed 269)"),
     "lost_log_means_missing_dir": (
         "a known group's replica counts as having lost its log only when the group's "
         "directory is gone (the disk was wiped, or the server had removed it), not when "
@@ -91,11 +92,20 @@ FIXES: dict[str, str] = {
         "Needed with the RAFT rule that a replica which recovered nothing at all votes "
         "for nobody until repaired (seed 31: a two-voter group whose other voter crashed "
         "before its first fsync could never elect a leader)"),
-    "replay_empty_joins": (
-        "a replica started from the meta log's replay with an empty log starts without "
-        "peers, as a joiner that learns its configuration from the group's leader; the "
-        "server gives it the peers of the assignment being replayed, possibly the group's "
-        "first, so two such replicas elect each other with empty logs (seed 14)"),
+    "bootstrap_recorded": (
+        "a replica records durably how it started (Wal.set_bootstrap: the new group's "
+        "first voters, or none when it joined) and every restart starts it that way; the "
+        "server starts a replayed replica with the peers of the assignment being "
+        "replayed, possibly the group's first while the group has moved on (seed 14: two "
+        "servers removed and added again, restarted with empty logs, elected each "
+        "other). Starting every empty replayed replica without peers instead leaves a "
+        "new group whose replicas all crashed before their first fsync without a leader "
+        "for good (seed 76)"),
+    "consumer_reads_current_stream": (
+        "a consumer replica reads the stream replica its server has now; the server's "
+        "keeps the one that existed when it was made, so after its server left the "
+        "stream and came back, its leader delivers from a destroyed replica's store "
+        "that nobody updates (seed 171: delivered 17 of 115, for good)"),
     "meta_applied_recorded": (
         "the server records durably the meta index up to which it has carried out the "
         "meta group's changes (starting, reshaping, destroying replicas), and on restart "
@@ -485,6 +495,8 @@ class ClusterWorld:
             for replica in list(server.leaving.values()):
                 if server.up:
                     server.leave_step(replica)
+            if server.up:
+                server.check_removed()
         for _ in range(self.cfg.tick_steps):
             self.step()
         for track in self.groups.values():
