@@ -158,9 +158,16 @@ class Duty:
             return False
         if step.kind is StepKind.CATCH_UP:
             peer = step.peer
-            yield Wait(lambda: core.learner_caught_up(peer) or not self.replica.raft_leader,
-                       self.world.tick_no + CATCH_UP_TICKS)
-            if not (core.learner_caught_up(peer) or not self.replica.raft_leader):
+            # The server waits for the learner (or lost leadership) only; the fix also
+            # stops waiting when the assignment changed (the learner may be unwanted now).
+            wakes = self.world.fixed("reconcile_wakes_on_assignment")
+
+            def done() -> bool:
+                moved = wakes and self.want() != want
+                return core.learner_caught_up(peer) or not self.replica.raft_leader or moved
+
+            yield Wait(done, self.world.tick_no + CATCH_UP_TICKS)
+            if not done():
                 yield self.sleep(RETRY_TICKS)  # the wait timed out
             return True
         change = step.change()
@@ -173,6 +180,13 @@ class Duty:
         return True
 
     # --- hooks -------------------------------------------------------------------------------
+    def want(self) -> tuple[str, ...]:
+        """The servers the current assignment names."""
+        r = self.replica
+        if r.sa is not None:
+            return r.sa.peers
+        return r.ca.peers if r.ca is not None else ()
+
     def on_role(self, ss: SoftState) -> None:
         raise NotImplementedError
 
@@ -296,9 +310,8 @@ class ConsumerDuty(Duty):
         if self.world.fixed("consumer_reads_current_stream"):
             server, key = self.replica.server, self.replica.key[:2]
             ref = server.streams.get(key) or server.leaving.get(key)
-            if ref is None or ref.closed or ref.stream_machine is None:
-                return None
-        assert ref is not None
+        if ref is None or ref.closed or ref.stream_machine is None:
+            return None
         return ref.stream().stream.store
 
     def reconcile(self) -> Task:

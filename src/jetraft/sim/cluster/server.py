@@ -144,6 +144,40 @@ class SimServer:
         node.recover_hook = note
         self.world.start_node(self, META_GROUP, node)
         self.process_changes()
+        self._adopt_leftovers()
+
+    def _adopt_leftovers(self) -> None:
+        """The fix restart_keeps_leaving: a group's log on disk whose assignment no longer
+        names this server was a replica on its way out when the process stopped. The
+        server starts only the replicas its assignments name, so one still counted as a
+        voter by its group is gone from it for good (seed 361: a consumer group of two
+        voters, one of them never started again, could elect no leader). The fix starts
+        it again as leaving, to serve until the group lets it go."""
+        meta = self.meta
+        if not self.world.fixed("restart_keeps_leaving") or meta is None:
+            return
+        if not self.disk.exists(RAFT_ROOT):
+            return
+        state = meta.state
+        streams = {sa.group: (key, sa) for key, sa in state.streams.items()}
+        consumers = {ca.group: (key, ca) for key, ca in state.consumers.items()}
+        for group in self.disk.list(RAFT_ROOT):
+            node = self.nodes.get(group)
+            if node is not None and node.up:
+                continue
+            if group in streams:
+                key, sa = streams[group]
+                if self.name in sa.peers or key in self.streams or key in self.leaving:
+                    continue
+                self._make_stream(key, sa, joining=True, known=True)
+                self._start_leaving(key, self.streams.pop(key))
+            elif group in consumers:
+                ckey, ca = consumers[group]
+                if self.name in ca.peers or ckey in self.consumers or ckey in self.leaving:
+                    continue
+                stream = self.streams.get(ckey[:2]) or self.leaving.get(ckey[:2])
+                self._make_consumer(ckey, ca, stream, joining=True, known=True)
+                self._start_leaving(ckey, self.consumers.pop(ckey))
 
     def _new_meta(self) -> MetaMachine:
         self.meta = MetaMachine(self._meta_changed)
@@ -286,8 +320,8 @@ class SimServer:
         joining = change.old is not None and me not in change.old.peers
         self._make_consumer(key, new, stream, joining=joining, known=replay)
 
-    def _make_consumer(self, key: tuple[str, ...], ca: ConsumerAssignment, stream: Replica,
-                       *, joining: bool, known: bool) -> None:
+    def _make_consumer(self, key: tuple[str, ...], ca: ConsumerAssignment,
+                       stream: Replica | None, *, joining: bool, known: bool) -> None:
         node = self._node(ca.group, () if joining else ca.peers)
         replica = Replica(self, "consumer", key, ca.group, node)
         replica.ca = ca
@@ -397,7 +431,10 @@ class SimServer:
         if self.leaving.get(replica.key) is not replica or replica.closed:
             return
         since = replica.leaving_since or 0
-        if self.world.tick_no - since < LEAVE_TIMEOUT_TICKS:
+        timed_out = self.world.tick_no - since >= LEAVE_TIMEOUT_TICKS
+        if timed_out and self.world.fixed("leave_only_when_removed"):
+            timed_out = False  # a voter destroyed can cost its group its quorum for good
+        if not timed_out:
             d = replica.node.driver
             if replica.raft_leader and d is not None:
                 self.world.transfer(self, replica.node, self._successor(replica))

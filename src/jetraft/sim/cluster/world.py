@@ -101,6 +101,22 @@ FIXES: dict[str, str] = {
         "other). Starting every empty replayed replica without peers instead leaves a "
         "new group whose replicas all crashed before their first fsync without a leader "
         "for good (seed 76)"),
+    "reconcile_wakes_on_assignment": (
+        "a leader waiting for a learner to catch up (reconcile_members, up to 30 s) also "
+        "stops waiting when the assignment changes; the server's wait ignores it, so a "
+        "group scaled down meanwhile keeps its unwanted replicas for 30 s (seed 219)"),
+    "leave_only_when_removed": (
+        "a replica taken out of its group is destroyed only once the group let it go; "
+        "the server destroys it after LEAVE_TIMEOUT_S (30 s) regardless, and when it is "
+        "still a voter the group may never reach a quorum again (seed 219: scaled from "
+        "three to one, the leaving voter destroyed before the leader could remove it, "
+        "the remaining one alone in a two-voter group)"),
+    "restart_keeps_leaving": (
+        "on restart, a group log on disk whose assignment no longer names this server "
+        "(its replica was on its way out) is started again as leaving, to serve until "
+        "the group lets it go; the server starts only what the assignments name, so a "
+        "voter its group still counts is gone for good (seed 361: a two-voter consumer "
+        "group never elected a leader again)"),
     "consumer_reads_current_stream": (
         "a consumer replica reads the stream replica its server has now; the server's "
         "keeps the one that existed when it was made, so after its server left the "
