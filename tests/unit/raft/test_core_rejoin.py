@@ -8,8 +8,15 @@ import random
 
 from jetraft.raft.core import RaftCore
 from jetraft.raft.membership import ChangeKind, MembershipChange
-from jetraft.raft.messages import AppendEntries, Heartbeat, InstallSnapshot, VoteRequest
-from jetraft.raft.messages import VoteResponse, decode_message, encode_message
+from jetraft.raft.messages import (
+    AppendEntries,
+    Heartbeat,
+    InstallSnapshot,
+    VoteRequest,
+    VoteResponse,
+    decode_message,
+    encode_message,
+)
 from jetraft.raft.ready import RaftConfig, Role
 from tests.raft.harness import Cluster, Store
 

@@ -37,14 +37,14 @@ if TYPE_CHECKING:
 class Checks:
     def __init__(self, world: ClusterWorld) -> None:
         self.w = world
-        self.consumer_of: dict[str, tuple[str, str, str]] = {}  # group -> consumer key
+        self.consumer_of: dict[str, tuple[str, ...]] = {}  # group -> consumer key
 
     # ------------------------------------------------------------------ continuously
     def consumer_applied(self, server: SimServer, group: str, node: SimNode) -> None:
         key = self.consumer_of.get(group)
-        if key is None:
+        if key is None or len(key) != 3:
             return
-        p = self.w.clients.pullers.get(key)
+        p = self.w.clients.pullers.get((key[0], key[1], key[2]))
         if p is None or not p.confirmed:
             return
         m = node.sm
@@ -73,12 +73,12 @@ class Checks:
                         f"{c.sseq}/{c.dseq} (from index {c.index}, tick {c.at_tick})")
             return
         for sseq in st.pending:
-            c = p.confirmed.get(sseq)
-            if c is not None and c.index <= m.index:
+            held = p.confirmed.get(sseq)
+            if held is not None and held.index <= m.index:
                 raise Violation(
                     f"confirmed ack lost: {where}: consumer {p.key[2]} at index {m.index} "
                     f"holds seq {sseq} pending, though its ack was confirmed (from index "
-                    f"{c.index}, tick {c.at_tick})")
+                    f"{held.index}, tick {held.at_tick})")
 
     def placement(self, state: MetaState, final: bool = False) -> None:
         """Streams at every step; consumers at the end (a peer removal moves a stream,

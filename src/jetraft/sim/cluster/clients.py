@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -107,9 +108,10 @@ class Clients:
         hdr = f"NATS/1.0\r\nNats-Msg-Id: {out.msg_id}\r\n\r\n".encode()
         for duty in w.stream_duties(pub.stream):
             duty.publish(out.subject, hdr, out.data,
-                         lambda ack, o=out, d=duty: self._pub_ack(pub, o, ack, d))
+                         functools.partial(self._pub_ack, pub, out, duty=duty))
 
-    def _pub_ack(self, pub: Publisher, out: Outgoing, ack: PubAck, duty: StreamDuty) -> None:
+    def _pub_ack(self, pub: Publisher, out: Outgoing, ack: PubAck, *, duty: StreamDuty
+                 ) -> None:
         w = self.w
         if ack.error is not None:
             pub.rejected.add(out.msg_id)
@@ -138,7 +140,7 @@ class Clients:
         if drain or r.random() < 0.4:
             batch = r.randint(1, 5) if not drain else 20
             for duty in duties:
-                for sseq, dseq, dc in duty.fetch(batch):
+                for sseq, dseq, _dc in duty.fetch(batch):
                     p.seen.add(sseq)
                     delay = 0 if drain else r.randint(0, 30)
                     if sseq not in p.received or p.received[sseq][0] < dseq:

@@ -119,6 +119,9 @@ class SimServer:
         self.tick_period = 4
 
     # ------------------------------------------------------------------ lives
+    def running(self) -> bool:
+        return self.up
+
     def replicas(self) -> list[Replica]:
         return [*self.streams.values(), *self.consumers.values(), *self.leaving.values()]
 

@@ -25,10 +25,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from jetraft.raft.core import RaftCore
 from jetraft.raft.driver import Item
 from jetraft.raft.messages import Message
 from jetraft.raft.ready import RaftConfig, RaftError, Ready, SoftState
-from jetraft.raft.core import RaftCore
 from jetraft.raft.sim.checker import Checker, Electorate, Violation
 from jetraft.raft.sim.faults import FaultRates
 from jetraft.raft.sim.network import NetConfig, Network
@@ -488,8 +488,8 @@ class ClusterWorld:
                 continue
             tick = (now + server.tick_phase) % server.tick_period == 0
             for node in list(server.nodes.values()):
-                if not server.up:
-                    break
+                if not server.running():
+                    break  # a pump of another group took the server down
                 if not node.up or node.driver is None:
                     continue
                 if tick:
