@@ -60,6 +60,10 @@ class ConsumerAssignment(msgspec.Struct, frozen=True, array_like=True):
 
 class AssignStream(msgspec.Struct, frozen=True, tag="sa", array_like=True):
     sa: StreamAssignment
+    # A change of an existing stream (config, servers), not a create: applied only if the
+    # stream still exists with that group (a delete ordered before it wins; without this
+    # an update planned before the delete was applied made the stream again, empty).
+    update: bool = False
 
 
 class RemoveStream(msgspec.Struct, frozen=True, tag="rs", array_like=True):
@@ -134,6 +138,8 @@ class MetaState:
             sa = entry.sa
             key = (sa.account, sa.name)
             old = self.streams.get(key)
+            if entry.update and (old is None or old.group != sa.group):
+                return []
             if old is not None and old.group == sa.group and sa.initial_config is None:
                 first = old.first_config
                 if first != sa.config:

@@ -119,3 +119,16 @@ def test_an_assignment_keeps_the_config_its_group_started_with() -> None:
     state.apply(RemoveStream("$G", "A"))
     state.apply(AssignStream(StreamAssignment("$G", smaller, "S-A2", first.peers, 3)))
     assert state.streams[("$G", "A")].first_config == smaller
+
+
+def test_an_update_after_a_delete_does_not_make_the_stream_again() -> None:
+    """Found by the cluster simulator (seed 1045): a scale request planned by a meta
+    leader that had not applied a delete yet recreated the deleted stream, empty."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(RemoveStream("$G", "A"))
+    assert state.apply(AssignStream(sa("A", ("n1",)), update=True)) == []
+    assert not state.streams
+    state.apply(AssignStream(sa("A")))  # a create is a create
+    assert ("$G", "A") in state.streams
+    assert decode_entry(encode_entry(AssignStream(sa("A"), update=True))).update

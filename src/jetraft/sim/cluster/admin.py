@@ -93,7 +93,7 @@ def update_stream(leader: SimServer, cfg: StreamConfig, rng: random.Random
         ordered = ([lead] if lead in sa.peers else []) + [p for p in sa.peers if p != lead]
         peers = tuple(_place(leader, cfg, rng, existing=tuple(ordered)))
     new = StreamAssignment(sa.account, cfg, sa.group, peers, sa.created_ns)
-    return [AssignStream(new)] if new != sa else []
+    return [AssignStream(new, update=_update_flag(leader))] if new != sa else []
 
 
 def peer_remove(leader: SimServer, name: str, peer: str, rng: random.Random
@@ -112,7 +112,7 @@ def peer_remove(leader: SimServer, name: str, peer: str, rng: random.Random
             raise Refused("peer remap failed") from None
         peers = list(rest)
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
-    out: list[MetaEntry] = [AssignStream(new)]
+    out: list[MetaEntry] = [AssignStream(new, update=_update_flag(leader))]
     added = [p for p in new.peers if p not in sa.peers]
     for ca in state.stream_consumers(sa.account, sa.name):
         if peer not in ca.peers:
@@ -127,6 +127,11 @@ def peer_remove(leader: SimServer, name: str, peer: str, rng: random.Random
             ca.account, ca.stream, ca.name, ca.config, ca.group, tuple(cpeers),
             ca.created_ns)))
     return out
+
+
+def _update_flag(leader: SimServer) -> bool:
+    """The fix updates_marked: an update is marked so that a delete before it wins."""
+    return leader.world.fixed("updates_marked")
 
 
 def delete_stream(leader: SimServer, name: str) -> list[MetaEntry]:

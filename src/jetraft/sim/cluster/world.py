@@ -117,6 +117,12 @@ FIXES: dict[str, str] = {
         "the group lets it go; the server starts only what the assignments name, so a "
         "voter its group still counts is gone for good (seed 361: a two-voter consumer "
         "group never elected a leader again)"),
+    "updates_marked": (
+        "the meta leader marks a stream update or peer removal as an update "
+        "(AssignStream.update), which MetaState.apply ignores once the stream is gone: "
+        "the server proposes a plain assignment, so an update planned before a delete "
+        "was applied made the stream again after it, empty, under its old group name "
+        "(seed 1045)"),
     "consumer_reads_current_stream": (
         "a consumer replica reads the stream replica its server has now; the server's "
         "keeps the one that existed when it was made, so after its server left the "
