@@ -128,6 +128,18 @@ class _Snapshot(msgspec.Struct, array_like=True):
 _snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
 
 
+def _fit(have: tuple[str, ...], servers: tuple[str, ...], first: list[str], want: int
+         ) -> tuple[str, ...]:
+    """`want` of `servers`: those of `have` first, then those of `first`, then the rest."""
+    peers = [p for p in have if p in servers][:want]
+    for p in [*first, *servers]:
+        if len(peers) >= want:
+            break
+        if p not in peers:
+            peers.append(p)
+    return tuple(peers)
+
+
 class MetaState:
     def __init__(self) -> None:
         self.streams: dict[StreamKey, StreamAssignment] = {}
@@ -159,8 +171,14 @@ class MetaState:
             return changes
         if isinstance(entry, AssignConsumer):
             ca = entry.ca
-            if (ca.account, ca.stream) not in self.streams:
+            stream = self.streams.get((ca.account, ca.stream))
+            if stream is None:
                 return []  # its stream went away before this entry: nothing to assign
+            if not set(ca.peers) <= set(stream.peers):
+                # Planned on servers its stream has left since (a meta leader that had not
+                # applied its whole log yet): the stream's servers instead, as many.
+                peers = _fit(ca.peers, stream.peers, [], min(len(ca.peers), len(stream.peers)))
+                ca = msgspec.structs.replace(ca, peers=peers)
             ckey = (ca.account, ca.stream, ca.name)
             prev = self.consumers.get(ckey)
             self.consumers[ckey] = ca
@@ -179,16 +197,14 @@ class MetaState:
         if old.peers == new.peers:
             return []
         added = [p for p in new.peers if p not in old.peers]
-        candidates = added + [p for p in new.peers if p not in added]
         changes: list[Change] = []
         for ca in self.stream_consumers(new.account, new.name):
             follows = not ca.config.num_replicas and len(ca.peers) == len(old.peers)
             want = len(new.peers) if follows else min(len(ca.peers), len(new.peers))
-            peers = [p for p in ca.peers if p in new.peers][:want]
-            peers += [p for p in candidates if p not in peers][: want - len(peers)]
-            if tuple(peers) == ca.peers:
+            peers = _fit(ca.peers, new.peers, added, want)
+            if peers == ca.peers:
                 continue
-            moved = msgspec.structs.replace(ca, peers=tuple(peers))
+            moved = msgspec.structs.replace(ca, peers=peers)
             ckey = (ca.account, ca.stream, ca.name)
             self.consumers[ckey] = moved
             changes.append(ConsumerChanged(ckey, ca, moved))

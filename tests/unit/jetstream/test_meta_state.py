@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from jetraft.jetstream.consumer_config import ConsumerConfig
 from jetraft.jetstream.meta import (
     AssignConsumer,
@@ -40,11 +42,12 @@ def test_assign_update_and_remove_report_their_changes() -> None:
     assert state.apply(AssignStream(sa("A"))) == [StreamChanged(("$G", "A"), None, sa("A"))]
     moved = sa("A", ("n1", "n2", "n4"))
     assert state.apply(AssignStream(moved)) == [StreamChanged(("$G", "A"), sa("A"), moved)]
-    assert state.apply(AssignConsumer(ca("A", "c")))[0].new == ca("A", "c")
+    placed = msgspec.structs.replace(ca("A", "c"), peers=moved.peers)
+    assert state.apply(AssignConsumer(placed))[0].new == placed
     # A consumer of a stream that is gone is not assigned.
     assert state.apply(AssignConsumer(ca("B", "x"))) == []
     changes = state.apply(RemoveStream("$G", "A"))
-    assert changes == [ConsumerChanged(("$G", "A", "c"), ca("A", "c"), None),
+    assert changes == [ConsumerChanged(("$G", "A", "c"), placed, None),
                        StreamChanged(("$G", "A"), moved, None)]
     assert not state.streams and not state.consumers
 
@@ -132,3 +135,14 @@ def test_an_update_after_a_delete_does_not_make_the_stream_again() -> None:
     state.apply(AssignStream(sa("A")))  # a create is a create
     assert ("$G", "A") in state.streams
     assert decode_entry(encode_entry(AssignStream(sa("A"), update=True))).update
+
+
+def test_a_consumer_planned_on_servers_its_stream_left_is_placed_on_the_stream() -> None:
+    """Found by the cluster simulator (seed 1519): a meta leader that had not applied a
+    peer removal yet placed a new consumer on the removed server."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(AssignStream(sa("A", ("n2", "n3")), update=True))
+    changes = state.apply(AssignConsumer(cap("A", "c", ("n1", "n2", "n3"))))
+    assert state.consumers[("$G", "A", "c")].peers == ("n2", "n3")
+    assert changes[0].new == state.consumers[("$G", "A", "c")]
