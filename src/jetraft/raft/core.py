@@ -160,7 +160,16 @@ class RaftCore:
     def promotable(self) -> bool:
         if self.corrupt:
             return False
-        return self.id in self.membership.voters or self.in_bootstrap
+        if self.id in self.membership.voters or self.in_bootstrap:
+            return True
+        # Out of our newest configuration, but it is not committed and we are a voter of
+        # the committed one: we may hold the entry that removes us while the voters that
+        # remain lack it (its leader failed before making it durable), and then they can
+        # win no election without our vote, which goes to logs as complete as ours. We
+        # campaign, finish the change as its leader, and step down (seed 1290).
+        log = self.log
+        return (log.last_config_index() > log.committed
+                and self.id in log.membership_at(log.committed).voters)
 
     @property
     def in_bootstrap(self) -> bool:

@@ -234,6 +234,8 @@ class SimServer:
                 self._stream_changed(change, replay)
             else:
                 self._consumer_changed(change, replay)
+        if done and self.up:
+            self._adopt_leftovers()  # the meta state moved: leftovers may show only now
         meta = self.meta
         if done and self.up and meta is not None and self.world.fixed("meta_applied_recorded"):
             # Every change up to the meta index applied is carried out: say so durably, so
@@ -442,8 +444,11 @@ class SimServer:
             if replica.raft_leader and d is not None:
                 self.world.transfer(self, replica.node, self._successor(replica))
                 return
-            if not (replica.removed or self.name not in replica.members()):
-                return
+            if self.world.fixed("leave_when_removed"):
+                if not replica.removed:  # let go by a committed removal, its leader says
+                    return
+            elif not (replica.removed or self.name not in replica.members()):
+                return  # the server's test: also a newest configuration not committed
         del self.leaving[replica.key]
         self.destroy(replica)
 

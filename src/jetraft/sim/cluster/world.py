@@ -123,6 +123,13 @@ FIXES: dict[str, str] = {
         "the server proposes a plain assignment, so an update planned before a delete "
         "was applied made the stream again after it, empty, under its old group name "
         "(seed 1045)"),
+    "leave_when_removed": (
+        "a replica on its way out is destroyed once a committed configuration without it "
+        "took effect (its driver stopped as removed); the server also destroys it when "
+        "the newest configuration in its log leaves it out, committed or not, and when "
+        "that entry is lost (the leader failed before it committed) the group still "
+        "counts a voter whose log is gone (seed 1290: two voters, one destroyed, no "
+        "leader ever again)"),
     "consumer_reads_current_stream": (
         "a consumer replica reads the stream replica its server has now; the server's "
         "keeps the one that existed when it was made, so after its server left the "
