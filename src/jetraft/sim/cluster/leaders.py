@@ -39,6 +39,7 @@ CATCH_UP_TICKS = 600  # 30 s
 CHANGE_TIMEOUT_TICKS = 200  # PROPOSAL_TIMEOUT_S, 10 s
 PROPOSE_TIMEOUT_TICKS = 100  # PROPOSE_TIMEOUT_S, 5 s
 RETRY_TICKS = 4  # asyncio.sleep(0.2)
+RECHECK_TICKS = 20  # the fix reconcile_retried: an idle leader checks its group each second
 
 
 @dataclass
@@ -198,6 +199,21 @@ class Duty:
 
     def tick(self) -> None:
         self.run_task()
+        if (self.task is None and self.world.fixed("reconcile_retried")
+                and self.world.tick_no % RECHECK_TICKS == 0 and self.serving()
+                and self.out_of_line()):
+            self.start_reconcile()
+
+    def serving(self) -> bool:
+        raise NotImplementedError
+
+    def out_of_line(self) -> bool:
+        """The group differs from its assignment (members or, for a stream, config)."""
+        d = self.replica.node.driver
+        if d is None:
+            return False
+        m = d.core.membership
+        return bool(m.learners) or set(m.voters) != set(self.want())
 
 
 class StreamDuty(Duty):
@@ -208,6 +224,15 @@ class StreamDuty(Duty):
     @property
     def is_leader(self) -> bool:
         return self.leading and self.replica.raft_leader
+
+    def serving(self) -> bool:
+        return self.leading and not self.replica.closed
+
+    def out_of_line(self) -> bool:
+        sa = self.replica.sa
+        m = self.replica.stream_machine
+        config_differs = sa is not None and m is not None and sa.config != m.stream.config
+        return config_differs or super().out_of_line()
 
     def on_role(self, ss: SoftState) -> None:
         if self.replica.closed:
@@ -270,6 +295,9 @@ class ConsumerDuty(Duty):
     @property
     def is_leader(self) -> bool:
         return self.runtime and self.replica.raft_leader
+
+    def serving(self) -> bool:
+        return self.runtime and not self.replica.closed
 
     def on_role(self, ss: SoftState) -> None:
         if self.replica.closed:
