@@ -41,9 +41,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=300)
     ap.add_argument("--servers", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--want", type=int, default=1, help="failing seeds to find per fix")
     args = ap.parse_args()
     for fix in args.fixes:
-        found = first_catches(fix, args.seeds, args.servers, args.jobs)
+        found = first_catches(fix, args.seeds, args.servers, args.jobs, args.want)
         if not found:
             print(f"{fix}: no seed of {args.seeds} fails without it", flush=True)
         for seed, error in found:

@@ -5,9 +5,8 @@ groups on simulated servers, under faults (see world.py).
 `python -m jetraft.sim --cluster --seeds N` runs a campaign.
 """
 
+from .fixes import ALL_FIXES, FIXES
 from .world import (
-    ALL_FIXES,
-    FIXES,
     ClusterConfig,
     ClusterWorld,
     cluster_config,
