@@ -6,12 +6,15 @@ The meta leader decides (validation, placement) and proposes; applying never dec
 anything that could differ between servers.
 
 * ``StreamAssignment``: a stream of an account, its config, its RAFT group's name and the
-  servers that hold it (the first is the preferred leader at creation).
+  servers that hold it (the first is the preferred leader at creation), and the config
+  its group started with once it changed (``first_config``: what a replica replaying the
+  log from the start must begin with).
 * ``ConsumerAssignment``: a consumer of a stream, placed on servers of its stream.
 
 Entries: ``AssignStream`` (create, or replace: a config update, a peer change),
 ``RemoveStream``, ``AssignConsumer``, ``RemoveConsumer``. ``apply`` returns what changed so
-the server can start, reshape or stop its local replicas.
+the server can start, reshape or stop its local replicas. A stream whose servers change
+takes its consumers along in the same apply (see ``MetaState._follow``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ class StreamAssignment(msgspec.Struct, frozen=True, array_like=True):
     group: str
     peers: tuple[str, ...]
     created_ns: int
+    # The config the stream's group started with, once it has another (set by apply): a
+    # replica that replays the group's log from its first entry must start with it, as
+    # the entries before an UpdateConfig were applied under it.
+    initial_config: StreamConfig | None = None
+
+    @property
+    def first_config(self) -> StreamConfig:
+        """What a replica's stream starts with before it applies the group's log."""
+        return self.initial_config if self.initial_config is not None else self.config
 
     @property
     def name(self) -> str:
@@ -48,6 +60,10 @@ class ConsumerAssignment(msgspec.Struct, frozen=True, array_like=True):
 
 class AssignStream(msgspec.Struct, frozen=True, tag="sa", array_like=True):
     sa: StreamAssignment
+    # A change of an existing stream (config, servers), not a create: applied only if the
+    # stream still exists with that group (a delete ordered before it wins; without this
+    # an update planned before the delete was applied made the stream again, empty).
+    update: bool = False
 
 
 class RemoveStream(msgspec.Struct, frozen=True, tag="rs", array_like=True):
@@ -112,6 +128,18 @@ class _Snapshot(msgspec.Struct, array_like=True):
 _snapshot_decoder = msgspec.msgpack.Decoder(_Snapshot)
 
 
+def _fit(have: tuple[str, ...], servers: tuple[str, ...], first: list[str], want: int
+         ) -> tuple[str, ...]:
+    """`want` of `servers`: those of `have` first, then those of `first`, then the rest."""
+    peers = [p for p in have if p in servers][:want]
+    for p in [*first, *servers]:
+        if len(peers) >= want:
+            break
+        if p not in peers:
+            peers.append(p)
+    return tuple(peers)
+
+
 class MetaState:
     def __init__(self) -> None:
         self.streams: dict[StreamKey, StreamAssignment] = {}
@@ -122,8 +150,15 @@ class MetaState:
             sa = entry.sa
             key = (sa.account, sa.name)
             old = self.streams.get(key)
+            if entry.update and (old is None or old.group != sa.group):
+                return []
+            if old is not None and old.group == sa.group and sa.initial_config is None:
+                first = old.first_config
+                if first != sa.config:
+                    sa = msgspec.structs.replace(sa, initial_config=first)
             self.streams[key] = sa
-            return [StreamChanged(key, old, sa)]
+            moved = self._follow(old, sa) if old is not None else []
+            return [StreamChanged(key, old, sa), *moved]
         if isinstance(entry, RemoveStream):
             key = (entry.account, entry.name)
             old = self.streams.pop(key, None)
@@ -136,8 +171,14 @@ class MetaState:
             return changes
         if isinstance(entry, AssignConsumer):
             ca = entry.ca
-            if (ca.account, ca.stream) not in self.streams:
+            stream = self.streams.get((ca.account, ca.stream))
+            if stream is None:
                 return []  # its stream went away before this entry: nothing to assign
+            if not set(ca.peers) <= set(stream.peers):
+                # Planned on servers its stream has left since (a meta leader that had not
+                # applied its whole log yet): the stream's servers instead, as many.
+                peers = _fit(ca.peers, stream.peers, [], min(len(ca.peers), len(stream.peers)))
+                ca = msgspec.structs.replace(ca, peers=peers)
             ckey = (ca.account, ca.stream, ca.name)
             prev = self.consumers.get(ckey)
             self.consumers[ckey] = ca
@@ -145,6 +186,29 @@ class MetaState:
         ckey = (entry.account, entry.stream, entry.name)
         gone = self.consumers.pop(ckey, None)
         return [ConsumerChanged(ckey, gone, None)] if gone is not None else []
+
+    def _follow(self, old: StreamAssignment, new: StreamAssignment) -> list[Change]:
+        """A stream's consumers live on its servers: when its servers change (peer
+        removal, scaling), each consumer drops the servers that no longer hold the stream
+        and takes the stream's new ones (those added first), up to its count: the stream's
+        when it had followed it (no replica count of its own), else its own. Done in
+        apply, so that no meta leader failing between two proposals can leave a consumer
+        on a server without its stream."""
+        if old.peers == new.peers:
+            return []
+        added = [p for p in new.peers if p not in old.peers]
+        changes: list[Change] = []
+        for ca in self.stream_consumers(new.account, new.name):
+            follows = not ca.config.num_replicas and len(ca.peers) == len(old.peers)
+            want = len(new.peers) if follows else min(len(ca.peers), len(new.peers))
+            peers = _fit(ca.peers, new.peers, added, want)
+            if peers == ca.peers:
+                continue
+            moved = msgspec.structs.replace(ca, peers=peers)
+            ckey = (ca.account, ca.stream, ca.name)
+            self.consumers[ckey] = moved
+            changes.append(ConsumerChanged(ckey, ca, moved))
+        return changes
 
     def stream_consumers(self, account: str, stream: str) -> list[ConsumerAssignment]:
         return [ca for k, ca in self.consumers.items() if k[:2] == (account, stream)]

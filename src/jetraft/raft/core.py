@@ -16,7 +16,8 @@ recovered may hold entries that were replaced later (the records saying so are l
 So it trusts only its snapshot as committed, moves to term repair_term + 1 at once
 (a leader of repair_term steps down on hearing it, and messages of its previous life,
 still in flight, carry older terms and are ignored), does not campaign, and votes only
-for candidates whose log ends in a term above repair_term. It reports the damage to the
+for candidates whose log ends in a term above repair_term (for nobody when it recovered
+nothing: a lost log tells no term). It reports the damage to the
 leader, which forgets what this follower acknowledged and sends its snapshot. The
 replica is whole again once its log holds an entry committed in a term above
 repair_term: the leader of that term held every committed entry of earlier terms,
@@ -107,6 +108,9 @@ class RaftCore:
             self.term, self.vote = self.repair_term + 1, ""
             self.log.committed = self.log.applied = self.log.offset
         self._corrupt_reported = corrupt  # the driver still holds a corruption marker
+        # What the leader's last AppendEntries or Heartbeat said: are we in its newest
+        # configuration? (None: no word from a leader yet.)
+        self.leader_says_member: bool | None = None
         self.bootstrap_size = bootstrap_size
         self.bootstrap_peers: tuple[str, ...] = ()
         self.ticks = 0  # ticks since start, for "last heard" reporting
@@ -148,10 +152,24 @@ class RaftCore:
     def applied(self) -> int:
         return self.log.applied
 
+    def is_member(self, node: str) -> bool:
+        """Is `node` in our newest configuration (what a leader tells each follower)?"""
+        m = self.membership
+        return node in m.voters or node in m.learners
+
     def promotable(self) -> bool:
         if self.corrupt:
             return False
-        return self.id in self.membership.voters or self.in_bootstrap
+        if self.id in self.membership.voters or self.in_bootstrap:
+            return True
+        # Out of our newest configuration, but it is not committed and we are a voter of
+        # the committed one: we may hold the entry that removes us while the voters that
+        # remain lack it (its leader failed before making it durable), and then they can
+        # win no election without our vote, which goes to logs as complete as ours. We
+        # campaign, finish the change as its leader, and step down (seed 1290).
+        log = self.log
+        return (log.last_config_index() > log.committed
+                and self.id in log.membership_at(log.committed).voters)
 
     @property
     def in_bootstrap(self) -> bool:
@@ -203,6 +221,7 @@ class RaftCore:
             self.vote = ""
             self.verified = 0
         self.lead = ""
+        self.leader_says_member = None
         self.elapsed = 0
         self._hb_elapsed = 0
         self._timeout = self._random_timeout()
@@ -306,7 +325,8 @@ class RaftCore:
             for pid, pr in self.prs.items():
                 if pid != self.id:
                     commit = replication.heartbeat_commit(self, pr)
-                    self.msgs.append(Heartbeat(self.term, self.id, pid, commit))
+                    self.msgs.append(Heartbeat(self.term, self.id, pid, commit,
+                                               self.is_member(pid)))
 
     def _quorum_active(self) -> bool:
         voters = self.membership.voters
@@ -395,6 +415,8 @@ class RaftCore:
                 self.become_follower(m.term, m.frm)
             self.lead = m.frm
             self.elapsed = 0
+            if not isinstance(m, InstallSnapshot):
+                self.leader_says_member = m.member
             if isinstance(m, AppendEntries):
                 replication.handle_append(self, m)
             elif isinstance(m, Heartbeat):
@@ -427,9 +449,18 @@ class RaftCore:
         )
         # A damaged replica may have lost entries it acknowledged, all of terms up to
         # repair_term; a candidate whose log ends in a later term holds every such entry
-        # that was committed (see _check_repaired), so only such a candidate is safe.
-        safe = not self.corrupt or m.last_term > self.repair_term
-        if can_vote and safe and self.log.is_up_to_date(m.last_index, m.last_term):
+        # that was committed (see _check_repaired), so only such a candidate is safe. One
+        # that recovered nothing at all (repair_term 0: a lost log, its hard state with
+        # it) cannot tell which terms it acknowledged entries in: it votes for nobody
+        # until repaired (else a candidate whose log ends in an old term could win with
+        # its vote and lose what was committed with its lost acknowledgements).
+        safe = not self.corrupt or 0 < self.repair_term < m.last_term
+        # A replica that knows no configuration yet (it joined an existing group with an
+        # empty log and waits for the leader to send the log) does not vote: a server
+        # once removed from the group and now joining again would otherwise count as the
+        # voter it was in the stale configuration of a removed replica asking for votes.
+        knows = bool(self.membership.voters) or self.in_bootstrap
+        if can_vote and safe and knows and self.log.is_up_to_date(m.last_index, m.last_term):
             self.msgs.append(VoteResponse(m.term, self.id, m.frm, True, m.pre_vote))
             if not m.pre_vote:
                 self.vote = m.frm
@@ -543,16 +574,19 @@ class RaftCore:
         if self._send_snap is not None and self._send_snap.meta.index < self.log.offset:
             self._send_snap = None
 
-    def sendable_snapshot(self) -> Snapshot | None:
+    def sendable_snapshot(self, at_least: int = 0) -> Snapshot | None:
         """The snapshot to send a follower that needs compacted entries: the log's own,
         or, when that is an external marker, the state machine's current state (from
-        snapshot_source). None if there is none to send now."""
+        snapshot_source). With `at_least`, one at or after that index (the state
+        machine's current state when the log's own is older). None if there is none to
+        send now."""
         log = self.log
         snap = log.snapshot
-        if snap is None or not snap.external:
+        own = snap is not None and snap.meta.index >= at_least
+        if (snap is None and not at_least) or (own and snap is not None and not snap.external):
             return snap
         cached = self._send_snap
-        if cached is not None and cached.meta.index >= log.offset:
+        if cached is not None and cached.meta.index >= max(log.offset, at_least):
             return cached
         if self.snapshot_source is None:
             return None
@@ -562,7 +596,7 @@ class RaftCore:
         # index in our log is the right one.
         index, data = self.snapshot_source()
         term = log.term(index)
-        if term is None or self.role is not Role.LEADER:
+        if term is None or self.role is not Role.LEADER or index < at_least:
             return None
         self._send_snap = Snapshot(SnapshotMeta(index, term, log.membership_at(index)), data)
         return self._send_snap
@@ -571,7 +605,8 @@ class RaftCore:
     def _flush(self) -> None:
         if self.role is not Role.LEADER:
             return
-        replication.maybe_commit(self)
+        if replication.maybe_commit(self):
+            self.bcast = True  # our own entries became durable: tell the followers
         if self.bcast and self.role is Role.LEADER:
             self.bcast = False
             for pid in self.prs:

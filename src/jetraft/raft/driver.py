@@ -193,11 +193,10 @@ class Driver:
             self.core.log.membership_at(self.core.log.offset)
         )
         self._removed = False  # a committed configuration without us was applied
-        # Removed before this restart (the removal may be compacted into the snapshot):
-        # the host sees state REMOVED at once and tells its owner when it starts.
+        # Removed before this restart? Only a leader can tell (see _handle_ready): the
+        # newest committed configuration here may be an old removal of a server that was
+        # added again since. Until then, out of its configuration, it does not campaign.
         self._check_membership(self.core.log.membership_at(self.core.log.committed))
-        if self._removed:
-            self.state = State.REMOVED
 
     def _adopt_held_state(self) -> None:
         """A self-durable state machine may hold entries the log does not say are
@@ -359,7 +358,10 @@ class Driver:
             yield from self._io(wal.clear_corruption)
         if rd.soft_state is not None:
             self._soft_state_changed(rd.soft_state)
-        if self._removed:
+        if self._removed and self.core.leader_says_member is False:
+            # A committed configuration without us, and the leader's newest has us not
+            # either (a server removed once and added again replays its old removal:
+            # its leader says it is a member).
             self._become_removed()
         elif self.state is State.RUNNING:
             yield from self._maybe_snapshot()

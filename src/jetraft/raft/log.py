@@ -122,6 +122,22 @@ class RaftLog:
             best = m
         return best
 
+    def rejoined_at(self, node: str) -> int:
+        """If `node` was a member of an earlier configuration, left, and is back (or about
+        to be): the index of the last configuration without it; else 0. What precedes
+        it is another life of that server in this group."""
+        def member(m: Membership) -> bool:
+            return node in m.voters or node in m.learners
+
+        seen = member(self._base_membership)
+        gap = 0
+        for i, m in self._configs:
+            if member(m):
+                seen = True
+            elif seen:
+                gap = i
+        return gap
+
     def removed_member(self, node: str) -> bool:
         """Was `node` a member of a configuration we know, and removed by one that is
         committed (and not added back since)?"""

@@ -40,7 +40,8 @@ class VoteResponse:
 
 @dataclass(frozen=True, slots=True)
 class AppendEntries:
-    """Entries after (prev_index, prev_term); may be empty (a probe or a commit update)."""
+    """Entries after (prev_index, prev_term); may be empty (a probe or a commit update).
+    `member`: the recipient is in the leader's newest configuration (see Heartbeat)."""
 
     term: int
     frm: str
@@ -49,6 +50,7 @@ class AppendEntries:
     prev_term: int
     entries: tuple[Entry, ...]
     commit: int
+    member: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,12 +77,16 @@ class AppendResponse:
 
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
-    """Leader liveness; `commit` is min(follower's match, leader's commit)."""
+    """Leader liveness; `commit` is min(follower's match, leader's commit). `member`: the
+    recipient is in the leader's newest configuration. A replica that applies a committed
+    configuration without itself stops for good only when its leader also says it is no
+    member: a server removed once and added again replays its old removal from the log."""
 
     term: int
     frm: str
     to: str
     commit: int
+    member: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +173,12 @@ def _entries_out(entries: tuple[Entry, ...]) -> list[tuple[int, int, int, bytes]
 
 def _fields(msg: Message) -> tuple[Any, ...]:
     if isinstance(msg, AppendEntries):
-        return (_APP, msg.prev_index, msg.prev_term, _entries_out(msg.entries), msg.commit)
+        return (_APP, msg.prev_index, msg.prev_term, _entries_out(msg.entries), msg.commit,
+                msg.member)
     if isinstance(msg, AppendResponse):
         return (_APP_RESP, msg.index, msg.reject, msg.hint_index, msg.hint_term, msg.corrupt_term)
     if isinstance(msg, Heartbeat):
-        return (_HB, msg.commit)
+        return (_HB, msg.commit, msg.member)
     if isinstance(msg, HeartbeatResponse):
         return (_HB_RESP,)
     if isinstance(msg, VoteRequest):
@@ -219,13 +226,15 @@ def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
     if not isinstance(term, int) or not isinstance(frm, str) or not isinstance(to, str):
         raise DecodeError("bad raft message header")
     if code == _APP:
-        prev_index, prev_term, entries, commit = rest
-        return AppendEntries(term, frm, to, prev_index, prev_term, _entries_in(entries), commit)
+        prev_index, prev_term, entries, commit, member = rest
+        return AppendEntries(term, frm, to, prev_index, prev_term, _entries_in(entries), commit,
+                             bool(member))
     if code == _APP_RESP:
         index, reject, hint_index, hint_term, corrupt_term = rest
         return AppendResponse(term, frm, to, index, reject, hint_index, hint_term, corrupt_term)
     if code == _HB:
-        return Heartbeat(term, frm, to, rest[0])
+        commit, member = rest
+        return Heartbeat(term, frm, to, commit, bool(member))
     if code == _HB_RESP:
         return HeartbeatResponse(term, frm, to)
     if code == _VOTE_REQ:

@@ -38,6 +38,12 @@ def send_append(core: RaftCore, to: str, *, send_empty: bool = True) -> bool:
         return False
     log = core.log
     prev = pr.next - 1
+    gap = log.rejoined_at(to) if pr.match == 0 else 0
+    if gap and prev < gap:
+        # A server removed once and back: the log (and a snapshot) before its return
+        # holds configurations of its previous life (as the only voter, perhaps), which
+        # it would take for its own. It starts from a snapshot taken after them instead.
+        return _send_snapshot(core, to, pr, fresh_from=gap)
     prev_term = log.term(prev)
     if prev_term is None:
         return _send_snapshot(core, to, pr)
@@ -49,7 +55,8 @@ def send_append(core: RaftCore, to: str, *, send_empty: bool = True) -> bool:
     if not entries and not send_empty:
         return False
     core.msgs.append(
-        AppendEntries(core.term, core.id, to, prev, prev_term, tuple(entries), log.committed)
+        AppendEntries(core.term, core.id, to, prev, prev_term, tuple(entries), log.committed,
+                      core.is_member(to))
     )
     pr.sent(entries[-1].index if entries else prev, bool(entries))
     return True
@@ -62,12 +69,13 @@ def _send_empty_probe(core: RaftCore, to: str, pr: Progress) -> None:
     prev_term = core.log.term(prev)
     if prev_term is not None:
         core.msgs.append(
-            AppendEntries(core.term, core.id, to, prev, prev_term, (), core.log.committed)
+            AppendEntries(core.term, core.id, to, prev, prev_term, (), core.log.committed,
+                          core.is_member(to))
         )
 
 
-def _send_snapshot(core: RaftCore, to: str, pr: Progress) -> bool:
-    snap = core.sendable_snapshot()
+def _send_snapshot(core: RaftCore, to: str, pr: Progress, fresh_from: int = 0) -> bool:
+    snap = core.sendable_snapshot(at_least=fresh_from)
     if snap is None:  # none to send yet (the state machine's is being made): retry later
         return False
     pr.become_snapshot(snap)
@@ -119,7 +127,7 @@ def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
             # send our snapshot, or probe from its hint.
             pr.match = 0
             if log.snapshot is not None and pr.state is not ProgressState.SNAPSHOT:
-                _send_snapshot(core, m.frm, pr)
+                _send_snapshot(core, m.frm, pr, fresh_from=log.rejoined_at(m.frm))
                 return
             pr.become_probe()
             # Retry at or before the rejected point (the first rejection of a damaged
@@ -180,12 +188,23 @@ def maybe_commit(core: RaftCore) -> bool:
     voters = core.membership.voters
     if not voters:
         return False
-    matches = sorted((core.prs[v].match if v in core.prs else 0 for v in voters), reverse=True)
+    log = core.log
+
+    def match(v: str) -> int:
+        pr = core.prs.get(v)
+        if pr is None:
+            return 0
+        # Our own copy counts once durable: a single voter's entries would otherwise be
+        # committed at append, and the commit index sent to learners and removed replicas
+        # with the AppendEntries that overlap our fsync (they would apply entries that a
+        # crash before that fsync loses).
+        return min(pr.match, log.stable) if v == core.id else pr.match
+
+    matches = sorted((match(v) for v in voters), reverse=True)
     q = core.membership.quorum()
     if q > len(matches):
         return False  # fewer voters known than a quorum of the cluster's size
     mci = matches[q - 1]
-    log = core.log
     if mci <= log.committed or log.term(mci) != core.term:
         return False
     log.commit_to(mci)

@@ -67,6 +67,12 @@ class Recovered:
     snapshot: Snapshot | None  # latest durable snapshot
     entries: list[Entry]  # entries after the snapshot, contiguous, in order
     corrupt: str | None  # None, or a description of mid-log corruption (file, offset, reason)
+    # How this replica started (set_bootstrap): the group's first voters, () for a replica
+    # that joined an existing group; None if never recorded.
+    bootstrap: tuple[str, ...] | None = None
+
+
+BOOTSTRAP_FILE = "BOOTSTRAP"
 
 
 class Wal:
@@ -138,7 +144,23 @@ class Wal:
             snapshot=found.snapshot,
             entries=found.entries,
             corrupt="; ".join(problems) if problems else None,
+            bootstrap=wal._read_bootstrap(),
         )
+
+    def set_bootstrap(self, voters: tuple[str, ...]) -> None:
+        """Record durably how this replica starts, before it takes part in anything: as
+        one of a new group's first `voters`, or (empty) joining an existing group. Its
+        first configuration is never a log entry, so every restart must start it the
+        same way (Recovered.bootstrap), whatever assignment the host replays."""
+        self._check_usable()
+        self._disk.write_atomic(self._path(BOOTSTRAP_FILE), ",".join(voters).encode())
+
+    def _read_bootstrap(self) -> tuple[str, ...] | None:
+        path = self._path(BOOTSTRAP_FILE)
+        if not self._disk.exists(path):
+            return None
+        text = self._disk.read(path).decode()
+        return tuple(v for v in text.split(",") if v)
 
     def _install(self, found: Scan) -> None:
         disk, d = self._disk, self._dir
@@ -404,6 +426,16 @@ class Wal:
         del self._segments[:doomed]
 
     # -- the rest -----------------------------------------------------------------------------
+
+    def mark_corrupt(self, reason: str) -> None:
+        """Record damage found outside the log (its owner knows the group existed, but
+        the log is gone: "log lost"): durably, so that every later open reports it too
+        until ``clear_corruption()``, as for damage found in the records."""
+        self._check_usable()
+        path = self._path(CORRUPT_MARKER)
+        known = self._disk.read(path).decode().splitlines() if self._disk.exists(path) else []
+        if reason not in known:
+            self._disk.write_atomic(path, "\n".join([*known, reason]).encode())
 
     def clear_corruption(self) -> None:
         """Forget reported corruption (the node repaired its log from its peers): later opens

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import msgspec
+
 from jetraft.jetstream.consumer_config import ConsumerConfig
 from jetraft.jetstream.meta import (
     AssignConsumer,
@@ -40,11 +42,12 @@ def test_assign_update_and_remove_report_their_changes() -> None:
     assert state.apply(AssignStream(sa("A"))) == [StreamChanged(("$G", "A"), None, sa("A"))]
     moved = sa("A", ("n1", "n2", "n4"))
     assert state.apply(AssignStream(moved)) == [StreamChanged(("$G", "A"), sa("A"), moved)]
-    assert state.apply(AssignConsumer(ca("A", "c")))[0].new == ca("A", "c")
+    placed = msgspec.structs.replace(ca("A", "c"), peers=moved.peers)
+    assert state.apply(AssignConsumer(placed))[0].new == placed
     # A consumer of a stream that is gone is not assigned.
     assert state.apply(AssignConsumer(ca("B", "x"))) == []
     changes = state.apply(RemoveStream("$G", "A"))
-    assert changes == [ConsumerChanged(("$G", "A", "c"), ca("A", "c"), None),
+    assert changes == [ConsumerChanged(("$G", "A", "c"), placed, None),
                        StreamChanged(("$G", "A"), moved, None)]
     assert not state.streams and not state.consumers
 
@@ -62,3 +65,84 @@ def test_snapshot_restores_the_same_state_and_reports_the_difference() -> None:
     assert ("StreamChanged", ("$G", "B")) in kinds and ("StreamChanged", ("$G", "A")) in kinds
     assert ("ConsumerChanged", ("$G", "A", "c")) in kinds
     assert a.assets_of("n1") == (3, 3)
+
+
+def cap(stream: str, name: str, peers: tuple[str, ...], replicas: int = 0
+        ) -> ConsumerAssignment:
+    cfg = ConsumerConfig(name=name, num_replicas=replicas)
+    return ConsumerAssignment("$G", stream, name, cfg, f"C-{name}", peers, 2)
+
+
+def test_consumers_follow_their_stream_when_its_servers_change() -> None:
+    """Found by the cluster simulator (seeds 5 and 9): scaling a stream down left its
+    consumers on servers without it, and a meta leader lost between a peer removal's
+    stream and consumer proposals left a consumer on the removed server for good."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(AssignConsumer(cap("A", "all", ("n1", "n2", "n3"))))
+    state.apply(AssignConsumer(cap("A", "one", ("n3",), replicas=1)))
+    # Peer removal: n3 is replaced by n4 in the stream and in both consumers.
+    changes = state.apply(AssignStream(sa("A", ("n1", "n2", "n4"))))
+    assert [type(c).__name__ for c in changes] == ["StreamChanged", "ConsumerChanged",
+                                                   "ConsumerChanged"]
+    assert state.consumers[("$G", "A", "all")].peers == ("n1", "n2", "n4")
+    assert state.consumers[("$G", "A", "one")].peers == ("n4",)
+    # Scaling down to one server: the following consumer shrinks with it.
+    state.apply(AssignStream(sa("A", ("n2",))))
+    assert state.consumers[("$G", "A", "all")].peers == ("n2",)
+    assert state.consumers[("$G", "A", "one")].peers == ("n2",)
+    # And grows back; the one with its own replica count stays at one.
+    state.apply(AssignStream(sa("A", ("n2", "n5", "n1"))))
+    assert state.consumers[("$G", "A", "all")].peers == ("n2", "n5", "n1")
+    assert state.consumers[("$G", "A", "one")].peers == ("n2",)
+    # A config change that keeps the servers moves nothing.
+    same = StreamAssignment("$G", StreamConfig(name="A", subjects=("A", "B")), "S-A",
+                            ("n2", "n5", "n1"), 1)
+    assert len(state.apply(AssignStream(same))) == 1
+
+
+def test_an_assignment_keeps_the_config_its_group_started_with() -> None:
+    """Found by the cluster simulator (seed 20): a replica joining after a config update
+    replayed the group's first entries under the new config (a smaller max_msg_size
+    refused messages the others had stored) and the replicas' streams differed."""
+    state = MetaState()
+    first = sa("A")
+    state.apply(AssignStream(first))
+    assert state.streams[("$G", "A")].first_config == first.config
+    smaller = StreamConfig(name="A", subjects=("A",), max_msg_size=64)
+    state.apply(AssignStream(StreamAssignment("$G", smaller, "S-A", first.peers, 1)))
+    now = state.streams[("$G", "A")]
+    assert now.config == smaller and now.first_config == first.config
+    # Later updates and snapshots keep it.
+    state.apply(AssignStream(StreamAssignment("$G", first.config, "S-A", ("n1",), 1)))
+    again = MetaState()
+    again.restore(state.snapshot())
+    assert again.streams[("$G", "A")].first_config == first.config
+    # A stream made again (a new group) starts afresh.
+    state.apply(RemoveStream("$G", "A"))
+    state.apply(AssignStream(StreamAssignment("$G", smaller, "S-A2", first.peers, 3)))
+    assert state.streams[("$G", "A")].first_config == smaller
+
+
+def test_an_update_after_a_delete_does_not_make_the_stream_again() -> None:
+    """Found by the cluster simulator (seed 1045): a scale request planned by a meta
+    leader that had not applied a delete yet recreated the deleted stream, empty."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(RemoveStream("$G", "A"))
+    assert state.apply(AssignStream(sa("A", ("n1",)), update=True)) == []
+    assert not state.streams
+    state.apply(AssignStream(sa("A")))  # a create is a create
+    assert ("$G", "A") in state.streams
+    assert decode_entry(encode_entry(AssignStream(sa("A"), update=True))).update
+
+
+def test_a_consumer_planned_on_servers_its_stream_left_is_placed_on_the_stream() -> None:
+    """Found by the cluster simulator (seed 1519): a meta leader that had not applied a
+    peer removal yet placed a new consumer on the removed server."""
+    state = MetaState()
+    state.apply(AssignStream(sa("A")))
+    state.apply(AssignStream(sa("A", ("n2", "n3")), update=True))
+    changes = state.apply(AssignConsumer(cap("A", "c", ("n1", "n2", "n3"))))
+    assert state.consumers[("$G", "A", "c")].peers == ("n2", "n3")
+    assert changes[0].new == state.consumers[("$G", "A", "c")]

@@ -307,3 +307,33 @@ def test_many_groups_share_a_disk() -> None:
     for i in range(50):
         _wal, rec = Wal.open(disk, f"groups/g{i}", segment_bytes=300)
         assert len(rec.entries) == 10 + i
+
+
+def test_a_lost_log_marked_corrupt_stays_reported_until_repaired(env: Env) -> None:
+    """Seed 39: a replica declared to have lost its log persisted its new term; told only
+    in memory, the next restart found a non-empty log and took it for a healthy one."""
+    wal, rec = env.open()
+    assert rec.corrupt is None
+    wal.mark_corrupt("log lost")
+    wal.set_hard_state(HardState(3, "", 0))
+    wal.sync()
+    wal.close()
+    wal, rec = env.open()
+    assert rec.corrupt == "log lost" and rec.hard_state.term == 3
+    wal.clear_corruption()
+    wal.close()
+    assert env.open()[1].corrupt is None
+
+
+def test_how_a_replica_started_is_recorded(env: Env) -> None:
+    """Seed 14: every restart starts a replica as it started (first voters, or joining),
+    whatever assignment its host replays."""
+    wal, rec = env.open()
+    assert rec.bootstrap is None
+    wal.set_bootstrap(("a", "b", "c"))
+    wal.close()
+    wal, rec = env.open()
+    assert rec.bootstrap == ("a", "b", "c")
+    wal.set_bootstrap(())
+    wal.close()
+    assert env.open()[1].bootstrap == ()

@@ -18,7 +18,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from ..core import RaftCore
 from ..messages import AppendResponse, Message, VoteRequest, VoteResponse
@@ -27,7 +28,24 @@ from ..types import Entry, EntryKind, SnapshotMeta
 
 if TYPE_CHECKING:
     from .node import SimNode
-    from .world import World
+
+
+class _Damage(Protocol):
+    @property
+    def damaged(self) -> Mapping[str, int]: ...
+
+
+class Electorate(Protocol):
+    """What check_electable looks at: the replicas of one group (a World, or one group
+    of a simulated cluster)."""
+
+    @property
+    def nodes(self) -> Mapping[str, SimNode]: ...
+
+    @property
+    def faults(self) -> _Damage: ...
+
+    def retired(self, node: SimNode) -> bool: ...
 
 
 class Violation(AssertionError):
@@ -153,7 +171,7 @@ class Checker:
         if isinstance(m, AppendResponse) and not m.reject and m.index > last:
             raise Violation(f"{node_id}: acknowledged {m.index} with only {last} durable")
 
-    def check_electable(self, world: World) -> None:
+    def check_electable(self, world: Electorate) -> None:
         """Commitment is final: see the module doc. A replica that is down counts with
         what it may come back with: as a candidate, its durable log (the least it
         recovers); as a voter, its whole log at its death (the most it recovers, so
@@ -173,8 +191,8 @@ class Checker:
                 v = by_id.get(vid)
                 if v is None or x.id not in v.voters or v.damaged:
                     continue  # gone, ignores our requests, or its log is not to be trusted
-                if v.corrupt and mine[0] <= v.repair_term:
-                    continue
+                if v.corrupt and (mine[0] <= v.repair_term or not v.repair_term):
+                    continue  # a damaged voter's rule (a lost log votes for nobody)
                 if v is x or mine >= (v.vote_last_term, v.vote_last_index):
                     granted += 1
             if granted > len(x.voters) // 2:
@@ -207,7 +225,7 @@ class _View:
         self.has_c = log.offset >= c or (last >= c and log.term(c) == cterm)
 
 
-def _view(node: SimNode, c: int, cterm: int, world: World) -> _View | None:
+def _view(node: SimNode, c: int, cterm: int, world: Electorate) -> _View | None:
     damaged = node.id in world.faults.damaged
     d = node.driver
     if node.up and d is not None:

@@ -13,8 +13,20 @@ from __future__ import annotations
 import heapq
 import random
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
-from ..messages import Message
+
+class Addressed(Protocol):
+    """What travels: a RAFT message, or an envelope naming the group it belongs to."""
+
+    @property
+    def frm(self) -> str: ...
+
+    @property
+    def to(self) -> str: ...
+
+
+M = TypeVar("M", bound=Addressed)
 
 
 @dataclass
@@ -26,18 +38,18 @@ class NetConfig:
     long_delay_steps: int = 0
 
 
-class Network:
+class Network(Generic[M]):
     def __init__(self, rng: random.Random, cfg: NetConfig) -> None:
         self.rng = rng
         self.cfg = cfg
-        self._queue: list[tuple[int, int, Message]] = []
+        self._queue: list[tuple[int, int, M]] = []
         self._seq = 0
         self.cut: set[tuple[str, str]] = set()  # directed links that lose everything
         self.flaky: dict[tuple[str, str], float] = {}  # directed links that lose a share
         self.sent = 0
         self.dropped = 0
 
-    def send(self, now: int, msg: Message) -> None:
+    def send(self, now: int, msg: M) -> None:
         rng, cfg = self.rng, self.cfg
         self.sent += 1
         loss = self.flaky.get((msg.frm, msg.to), 0.0)
@@ -53,9 +65,9 @@ class Network:
                 at = now + rng.randint(1, cfg.max_delay_steps)
             heapq.heappush(self._queue, (at, self._seq, msg))
 
-    def due(self, now: int) -> list[Message]:
+    def due(self, now: int) -> list[M]:
         """Messages to deliver at this step, in delivery order (cut links dropped)."""
-        out: list[Message] = []
+        out: list[M] = []
         q = self._queue
         while q and q[0][0] <= now:
             _, _, msg = heapq.heappop(q)

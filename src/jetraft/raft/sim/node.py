@@ -33,7 +33,7 @@ from ..driver import (
 from ..messages import Message
 from ..ready import RaftConfig, Ready
 from ..types import Entry, HardState, Snapshot, SnapshotMeta
-from ..wal import Wal
+from ..wal import Recovered, Wal
 
 WAL_DIR = "/wal"
 _SM = struct.Struct("<Q")
@@ -215,14 +215,21 @@ class SimNode:
         peers: tuple[str, ...],
         segment_bytes: int,
         sm_factory: SmFactory,
+        *,
+        disk: MemDisk | None = None,
+        wal_dir: str = WAL_DIR,
     ) -> None:
+        """`disk`: the replica's own by default; a simulated server hosting several
+        groups gives each its `wal_dir` on the server's one disk (and crashes that disk
+        once for all of them: see `halt`)."""
         self.id = node_id
         self.cfg = cfg
         self.seed = seed
         self.peers = peers
         self.segment_bytes = segment_bytes
         self.sm_factory = sm_factory
-        self.disk = MemDisk()
+        self.disk = disk if disk is not None else MemDisk()
+        self.wal_dir = wal_dir
         self.up = False
         self.incarnation = 0
         self.driver: Driver | None = None
@@ -247,11 +254,14 @@ class SimNode:
         self.restored_hook: Callable[[SimNode, SnapshotMeta], None] = lambda n, m: None
         self.done_hook: Callable[[SimNode, object, Outcome], None] = lambda n, t, o: None
         self.removed_hook: Callable[[SimNode], None] = lambda n: None
+        # What recovery found, before the driver sees it (a host may declare a log lost).
+        self.recover_hook: Callable[[Wal, Recovered], Recovered] = lambda wal, rec: rec
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, rng: random.Random) -> str | None:
         """(Re)open the WAL and start a driver on it. Returns the corruption report."""
-        wal, rec = Wal.open(self.disk, WAL_DIR, segment_bytes=self.segment_bytes)
+        wal, rec = Wal.open(self.disk, self.wal_dir, segment_bytes=self.segment_bytes)
+        rec = self.recover_hook(wal, rec)
         self.incarnation += 1
         self.log = TrackingLog(wal, rec.hard_state)
         self.sm = self.sm_factory(self.disk)
@@ -280,6 +290,11 @@ class SimNode:
         if isinstance(self.sm, DurableStateMachine):
             return ObservedDurableSM(self.sm, self)
         return ObservedSM(self.sm, self)
+
+    def halt(self) -> None:
+        """The process stops (its server crashed or was killed); the disk is the
+        server's business (crashed or not, once for all the groups on it)."""
+        self._drop()
 
     def _drop(self) -> None:
         if self.driver is not None and self.log is not None:

@@ -87,7 +87,7 @@ class World:
         self.storm = cfg.storm_every > 0 and seed % cfg.storm_every == cfg.storm_every - 1
         rates = FaultRates.storm() if self.storm else cfg.rates
         self.rates = rates.drawn(self.rng) if cfg.vary_rates and not self.storm else rates
-        self.net = Network(
+        self.net: Network[Message] = Network(
             random.Random(f"net:{seed}"),
             NetConfig(self.rates.drop, self.rates.duplicate, cfg.max_delay_steps,
                       self.rates.long_delay, 3 * cfg.election_ticks * cfg.tick_steps),

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jetraft.jetstream.models import format_time
+from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.node import RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
@@ -181,35 +182,38 @@ class RaftGroup:
         await asyncio.to_thread(shutil.rmtree, self.dir, True)
 
     async def reconcile_members(self, want: Sequence[str]) -> bool:
-        """Leader: one step towards the membership ``want`` (the assignment's servers):
-        add a missing server (as a learner, promoted once caught up) or remove one that is
-        no longer wanted; when that is us, hand leadership to a wanted voter first (the new
-        leader removes us). True when it changed something (call again)."""
+        """Leader: one step towards the membership ``want`` (the assignment's servers), as
+        ``jetstream.reconcile.next_step`` decides: promote a caught-up learner, wait for
+        one catching up, add a missing server as a learner, remove one no longer wanted,
+        or hand leadership to a wanted voter when we are the one unwanted (the new leader
+        removes us). True when it did something (call again)."""
         node = self.node
         if node is None or not node.is_leader:
             return False
-        wanted = set(want)
-        m = node.core.membership
-        have = set(m.voters) | set(m.learners)
+        core = node.core
+        m = core.membership
+        caught_up = [p for p in m.learners if core.learner_caught_up(p)]
+        step = next_step(want, m.voters, m.learners, self.host.server_name, caught_up)
+        if step is None:
+            return False
         try:
-            for peer in sorted(wanted - have):
-                log.info("RAFT group %s: adding %s", self.group, peer)
-                await node.add_member(peer, timeout_s=30.0)
+            if step.kind is StepKind.TRANSFER:
+                node.transfer_leadership(step.peer)
+                return False
+            if step.kind is StepKind.CATCH_UP:
+                peer = step.peer
+                await node.wait_for(
+                    lambda: core.learner_caught_up(peer) or not node.is_leader, 30.0)
                 return True
-            for peer in sorted(have - wanted):
-                if peer == self.host.server_name:
-                    target = next((p for p in sorted(wanted) if p in m.voters), None)
-                    if target is not None:
-                        node.transfer_leadership(target)
-                    return False
-                log.info("RAFT group %s: removing %s", self.group, peer)
-                await asyncio.wait_for(node.remove_member(peer), PROPOSAL_TIMEOUT_S)
-                return True
+            change = step.change()
+            assert change is not None
+            log.info("RAFT group %s: %s %s", self.group, step.kind.value, step.peer)
+            await node.change_membership(change, timeout_s=PROPOSAL_TIMEOUT_S)
+            return True
         except (RaftError, ValueError, TimeoutError) as exc:
             log.debug("RAFT group %s: membership change: %s", self.group, exc)
             await asyncio.sleep(0.2)
             return True
-        return False
 
     # --- queries -----------------------------------------------------------------------------
 
