@@ -481,6 +481,10 @@ class Driver:
             return NodeFailed(self.error)
         return NodeStopped("node stopped")
 
+    def fail(self, exc: BaseException) -> None:
+        """Stop as on a storage error (the host hit an unexpected error processing)."""
+        self._fail_storage(exc)
+
     def _fail_storage(self, exc: BaseException) -> None:
         if self.state is not State.RUNNING:
             return
