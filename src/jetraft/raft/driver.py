@@ -257,7 +257,12 @@ class Driver:
         self._busy = True
         try:
             self._feed()
-            while self.state is State.RUNNING and core.has_ready():
+            while self.state is State.RUNNING:
+                # Messages alone (an idle group's heartbeats and answers) need no Ready.
+                for m in core.take_messages():
+                    self._send(m)
+                if not core.has_ready():
+                    break
                 yield from self._handle_ready(core.ready())
                 if self.state is State.RUNNING:
                     self._feed()  # what arrived during the fsync goes into the next Ready

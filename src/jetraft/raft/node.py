@@ -8,7 +8,7 @@ time and I/O:
   of the process with one timer (a server hosting hundreds of groups uses one);
 - `Driver.process()` runs from the loop's shared run queue (runtime.py), once per loop
   turn for every node that has work, without a task of its own; its blocking jobs (fsync,
-  snapshot writes) run on the loop's one I/O thread so the loop stays responsive, and
+  snapshot writes) run on the loop's I/O threads so the loop stays responsive, and
   whatever arrives meanwhile goes into the next Ready (group commit: one fsync for it all);
 - each proposal is a future, answered once its entry is applied here, failed when the
   node loses leadership, stops, is removed or fails, or after its deadline
@@ -383,7 +383,7 @@ class RaftNode:
             self._notify()
 
     def _resume(self, reply: object, error: BaseException | None) -> None:
-        """Run the driver up to its next blocking job (handed to the I/O thread, which
+        """Run the driver up to its next blocking job (handed to an I/O thread, which
         calls back here with its outcome) or to the end of its work."""
         gen = self._gen
         assert gen is not None

@@ -1,4 +1,4 @@
-"""What every RaftNode of one event loop shares: a run queue and one I/O thread.
+"""What every RaftNode of one event loop shares: a run queue and its I/O threads.
 
 A server hosts hundreds of groups. Giving each its own asyncio task, wake-up Event and
 `asyncio.to_thread` per Ready made an idle server spend most of its CPU on task switches
@@ -7,13 +7,13 @@ A server hosts hundreds of groups. Giving each its own asyncio task, wake-up Eve
 - a node with work marks itself; once per loop turn the run queue processes every marked
   node in one callback, synchronously up to its first blocking job (most Readys of an idle
   group have none: a heartbeat and its answer need no fsync);
-- blocking jobs (fsync, snapshot writes) of every node go to one long-lived worker thread
-  (`IoWorker`); results come back to the loop in batches: one loop wake-up for all the
-  jobs that finished while the loop was busy.
+- blocking jobs (fsync, snapshot writes) of every node go to a few long-lived worker
+  threads (`IoWorker`); results come back to the loop in batches: one loop wake-up for
+  all the jobs that finished while the loop was busy.
 
 Jobs of one node run one at a time (its Driver waits for each); jobs of different nodes
-run one after another on the worker, each fsync on its own file. The runtime is created
-with the first node of a loop and torn down (its thread ended) with the last.
+may run at the same time, each fsync on its own file. The runtime is created
+with the first node of a loop and torn down (its threads ended) with the last.
 """
 
 from __future__ import annotations
@@ -37,32 +37,52 @@ class Runnable(Protocol):
 
 
 class IoWorker:
-    """One thread that runs blocking jobs in submission order and hands each outcome back
-    to the event loop, on the loop's thread. Outcomes that finish while an earlier batch
-    is still waiting for the loop join that batch (one cross-thread wake-up)."""
+    """Long-lived threads that run blocking jobs and hand each outcome back to the event
+    loop, on the loop's thread. Outcomes that finish while an earlier batch is still
+    waiting for the loop join that batch (one cross-thread wake-up for all of them).
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, name: str = "raft-io") -> None:
+    Threads are started as jobs find none free, up to `max_threads`: fsyncs of different
+    files that run at the same time share the file system's journal commits (on ext4 a
+    few concurrent fdatasyncs complete several times faster than the same ones in turn),
+    which matters when many groups persist at once (start-up, elections, busy streams)."""
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, name: str = "raft-io", max_threads: int = 8
+    ) -> None:
         self._loop = loop
+        self._name = name
+        self._max_threads = max_threads
         self._jobs: queue.SimpleQueue[tuple[Job, JobDone] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._outcomes: list[tuple[JobDone, object, BaseException | None]] = []
         self._posted = False
-        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
-        self._thread.start()
+        self._threads: list[threading.Thread] = []
+        self._free = 0  # threads waiting for a job
         self.jobs_run = 0
 
     def submit(self, job: Job, done: JobDone) -> None:
-        """Run job() on the worker; done(result, error) is called on the loop after it."""
+        """Run job() on a worker thread; done(result, error) is called on the loop after."""
         self._jobs.put((job, done))
+        if self._free == 0 and len(self._threads) < self._max_threads:
+            t = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}",
+                                 daemon=True)
+            self._threads.append(t)
+            t.start()
 
     def close(self) -> None:
-        """End the thread after the jobs already submitted (their outcomes still arrive
+        """End the threads after the jobs already submitted (their outcomes still arrive
         if the loop runs)."""
-        self._jobs.put(None)
+        for _ in self._threads:
+            self._jobs.put(None)
 
     def _work(self) -> None:
+        lock = self._lock
         while True:
+            with lock:
+                self._free += 1
             item = self._jobs.get()
+            with lock:
+                self._free -= 1
             if item is None:
                 return
             job, done = item
@@ -72,8 +92,8 @@ class IoWorker:
                 result = job()
             except BaseException as exc:  # handed to the node's driver, which decides
                 error = exc
-            self.jobs_run += 1
-            with self._lock:
+            with lock:
+                self.jobs_run += 1
                 self._outcomes.append((done, result, error))
                 if self._posted:
                     continue
