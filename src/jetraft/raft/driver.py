@@ -27,8 +27,9 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+import msgspec
 
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
@@ -71,8 +72,7 @@ class DurableStateMachine(StateMachine, Protocol):
     def durable_index(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     index: int
     result: object  # what StateMachine.apply returned (None for membership changes)
 

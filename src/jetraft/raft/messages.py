@@ -8,7 +8,6 @@ that produced them is durable (see ready.py), and the transport may encode them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -16,8 +15,7 @@ import msgspec
 from .types import Entry, EntryKind, Membership, SnapshotMeta
 
 
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
+class VoteRequest(msgspec.Struct, frozen=True, gc=False):
     """RequestVote; with `pre_vote` a trial that changes nobody's term (term is ours + 1)."""
 
     term: int
@@ -29,8 +27,7 @@ class VoteRequest:
     transfer: bool = False  # sent because of a leadership transfer: bypasses leader leases
 
 
-@dataclass(frozen=True, slots=True)
-class VoteResponse:
+class VoteResponse(msgspec.Struct, frozen=True, gc=False):
     term: int
     frm: str
     to: str
@@ -38,8 +35,7 @@ class VoteResponse:
     pre_vote: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class AppendEntries:
+class AppendEntries(msgspec.Struct, frozen=True, gc=False):
     """Entries after (prev_index, prev_term); may be empty (a probe or a commit update)."""
 
     term: int
@@ -51,8 +47,7 @@ class AppendEntries:
     commit: int
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResponse:
+class AppendResponse(msgspec.Struct, frozen=True, gc=False):
     """Reply to AppendEntries (and to InstallSnapshot).
 
     On success `index` is the last index now known to match the leader's log. On reject
@@ -73,8 +68,7 @@ class AppendResponse:
     corrupt_term: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(msgspec.Struct, frozen=True, gc=False):
     """Leader liveness; `commit` is min(follower's match, leader's commit)."""
 
     term: int
@@ -83,15 +77,13 @@ class Heartbeat:
     commit: int
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatResponse:
+class HeartbeatResponse(msgspec.Struct, frozen=True, gc=False):
     term: int
     frm: str
     to: str
 
 
-@dataclass(frozen=True, slots=True)
-class InstallSnapshot:
+class InstallSnapshot(msgspec.Struct, frozen=True, gc=False):
     """One chunk of the leader's snapshot at meta.index: bytes [offset, offset + len(data))
     of its data; `done` marks the last one. The follower answers each chunk but the last
     with a SnapshotResponse, and the last (once installed) with an AppendResponse."""
@@ -105,8 +97,7 @@ class InstallSnapshot:
     done: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotResponse:
+class SnapshotResponse(msgspec.Struct, frozen=True, gc=False):
     """The follower holds the first `offset` bytes of the snapshot at `index` (0 if it
     holds none of it, e.g. after a restart): the leader continues, or starts again, there."""
 
@@ -117,8 +108,7 @@ class SnapshotResponse:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimeoutNow:
+class TimeoutNow(msgspec.Struct, frozen=True, gc=False):
     """Leadership transfer: the target campaigns at once, without pre-vote."""
 
     term: int
