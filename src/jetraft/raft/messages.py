@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 
-from .types import Entry, EntryKind, Membership, SnapshotMeta
+from .types import Entry, Membership, SnapshotMeta
 
 
 class VoteRequest(msgspec.Struct, frozen=True, gc=False):
@@ -151,8 +151,8 @@ class DecodeError(ValueError):
     """Bytes that are not a RAFT message of this version."""
 
 
-def _entries_out(entries: tuple[Entry, ...]) -> list[tuple[int, int, int, bytes]]:
-    return [(e.term, e.index, int(e.kind), e.data) for e in entries]
+def _entries_out(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    return entries  # array-like Structs: msgspec writes each as [term, index, kind, data]
 
 
 def _fields(msg: Message) -> tuple[Any, ...]:
@@ -193,7 +193,13 @@ def encode_message(msg: Message) -> bytes:
 
 
 def _entries_in(raw: list[Any]) -> tuple[Entry, ...]:
-    return tuple(Entry(int(t), int(i), EntryKind(k), bytes(d)) for t, i, k, d in raw)
+    try:  # builds and type-checks every entry in C (ValidationError on bad ones)
+        return msgspec.convert(raw, _Entries)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"bad raft entries: {exc}") from exc
+
+
+_Entries = tuple[Entry, ...]
 
 
 def decode_message(data: bytes) -> Message:

@@ -290,6 +290,19 @@ class RaftNode:
         (NodeRemoved, NodeFailed) if it stops: it never hangs."""
         return self._enqueue(data, timeout_s)
 
+    def propose_with(self, data: bytes, on_done: Callable[[Outcome], None]) -> None:
+        """Queue a proposal whose outcome goes to on_done(Applied | exception), called
+        once, synchronously: when the entry is applied here, or when the proposal fails
+        (NotLeader or ProposalDropped when leadership is lost, NodeStopped when the node
+        stops). No future and no deadline: the cheapest way to propose, for callers that
+        answer someone who keeps a deadline of their own (a PubAck to a publisher).
+        Raises NotLeader on a follower."""
+        if self._stopping:
+            raise NodeStopped("node stopped")
+        self.driver.propose(data, on_done)
+        if not self._marked:
+            self._mark()
+
     async def propose(self, data: bytes, *, timeout_s: float | None = None) -> Applied:
         return await self._enqueue(data, timeout_s)
 
@@ -354,7 +367,13 @@ class RaftNode:
                 del self._deadlines[timeout]
 
     def _done(self, token: object, outcome: Outcome) -> None:
-        assert isinstance(token, asyncio.Future)
+        if not isinstance(token, asyncio.Future):
+            assert callable(token)  # propose_with's callback
+            try:
+                token(outcome)
+            except Exception:  # the proposer's bug must not stop the group
+                log.exception("RAFT node %s: a proposal's callback failed", self.id)
+            return
         if token.done():
             return  # it timed out: the proposer was told the outcome is unknown
         if isinstance(outcome, BaseException):

@@ -22,7 +22,9 @@ class EntryKind(enum.IntEnum):
     NOOP = 2  # appended by a new leader to commit entries of earlier terms
 
 
-class Entry(msgspec.Struct, frozen=True, gc=False):
+class Entry(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """On the wire (messages.py) as [term, index, kind, data]."""
+
     term: int
     index: int
     kind: EntryKind
