@@ -619,16 +619,35 @@ class RaftCore:
 
     def has_ready(self) -> bool:
         self._flush()
+        return bool(self.msgs) or self._state_pending()
+
+    def _state_pending(self) -> bool:
+        """Anything besides messages for a Ready: to persist, apply or report. Called on
+        every tick of every group of a server: compares fields rather than building the
+        HardState and SoftState that ready() would."""
         log = self.log
-        return bool(
-            self.msgs
-            or log.pending_snapshot is not None
-            or log.stable < log.last_index
-            or log.applied < log.committed
-            or self._hard_state() != self._prev_hs
-            or SoftState(self.lead, self.role, self.term) != self._prev_ss
+        if (log.pending_snapshot is not None or log.stable < log.last_index
+                or log.applied < log.committed):
+            return True
+        hs, ss = self._prev_hs, self._prev_ss
+        return (
+            self.term != hs.term or self.vote != hs.vote or log.committed != hs.commit
+            or self.lead != ss.leader or self.role is not ss.role or self.term != ss.term
             or (self._corrupt_reported and not self.corrupt)
         )
+
+    def take_messages(self) -> list[Message]:
+        """The messages to send, without a Ready, when they are all there is: nothing to
+        persist, apply or report and no Ready outstanding, so everything they may depend
+        on is durable already (a heartbeat and its answer, a resend of stable entries).
+        Empty otherwise: ready() hands them out in order with the rest."""
+        if not self.msgs or self._outstanding is not None:
+            return []
+        self._flush()
+        if self._state_pending():
+            return []
+        msgs, self.msgs = self.msgs, []
+        return msgs
 
     def ready(self) -> Ready:
         if self._outstanding is not None:

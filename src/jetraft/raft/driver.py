@@ -27,8 +27,9 @@ from __future__ import annotations
 import enum
 import random
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+import msgspec
 
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
@@ -71,8 +72,7 @@ class DurableStateMachine(StateMachine, Protocol):
     def durable_index(self) -> int: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Applied:
+class Applied(msgspec.Struct, frozen=True):
     index: int
     result: object  # what StateMachine.apply returned (None for membership changes)
 
@@ -270,7 +270,12 @@ class Driver:
         self._busy = True
         try:
             self._feed()
-            while self.state is State.RUNNING and core.has_ready():
+            while self.state is State.RUNNING:
+                # Messages alone (an idle group's heartbeats and answers) need no Ready.
+                for m in core.take_messages():
+                    self._send(m)
+                if not core.has_ready():
+                    break
                 yield from self._handle_ready(core.ready())
                 if self.state is State.RUNNING:
                     self._feed()  # what arrived during the fsync goes into the next Ready
@@ -496,6 +501,10 @@ class Driver:
         if self.state is State.FAILED and self.error is not None:
             return NodeFailed(self.error)
         return NodeStopped("node stopped")
+
+    def fail(self, exc: BaseException) -> None:
+        """Stop as on a storage error (the host hit an unexpected error processing)."""
+        self._fail_storage(exc)
 
     def _fail_storage(self, exc: BaseException) -> None:
         if self.state is not State.RUNNING:

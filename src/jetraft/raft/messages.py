@@ -8,16 +8,14 @@ that produced them is durable (see ready.py), and the transport may encode them 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
 
-from .types import Entry, EntryKind, Membership, SnapshotMeta
+from .types import Entry, Membership, SnapshotMeta
 
 
-@dataclass(frozen=True, slots=True)
-class VoteRequest:
+class VoteRequest(msgspec.Struct, frozen=True, gc=False):
     """RequestVote; with `pre_vote` a trial that changes nobody's term (term is ours + 1)."""
 
     term: int
@@ -29,8 +27,7 @@ class VoteRequest:
     transfer: bool = False  # sent because of a leadership transfer: bypasses leader leases
 
 
-@dataclass(frozen=True, slots=True)
-class VoteResponse:
+class VoteResponse(msgspec.Struct, frozen=True, gc=False):
     term: int
     frm: str
     to: str
@@ -38,8 +35,7 @@ class VoteResponse:
     pre_vote: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class AppendEntries:
+class AppendEntries(msgspec.Struct, frozen=True, gc=False):
     """Entries after (prev_index, prev_term); may be empty (a probe or a commit update).
     `member`: the recipient is in the leader's newest configuration (see Heartbeat)."""
 
@@ -53,8 +49,7 @@ class AppendEntries:
     member: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResponse:
+class AppendResponse(msgspec.Struct, frozen=True, gc=False):
     """Reply to AppendEntries (and to InstallSnapshot).
 
     On success `index` is the last index now known to match the leader's log. On reject
@@ -75,8 +70,7 @@ class AppendResponse:
     corrupt_term: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(msgspec.Struct, frozen=True, gc=False):
     """Leader liveness; `commit` is min(follower's match, leader's commit). `member`: the
     recipient is in the leader's newest configuration. A replica that applies a committed
     configuration without itself stops for good only when its leader also says it is no
@@ -89,15 +83,13 @@ class Heartbeat:
     member: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class HeartbeatResponse:
+class HeartbeatResponse(msgspec.Struct, frozen=True, gc=False):
     term: int
     frm: str
     to: str
 
 
-@dataclass(frozen=True, slots=True)
-class InstallSnapshot:
+class InstallSnapshot(msgspec.Struct, frozen=True, gc=False):
     """One chunk of the leader's snapshot at meta.index: bytes [offset, offset + len(data))
     of its data; `done` marks the last one. The follower answers each chunk but the last
     with a SnapshotResponse, and the last (once installed) with an AppendResponse."""
@@ -111,8 +103,7 @@ class InstallSnapshot:
     done: bool = True
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotResponse:
+class SnapshotResponse(msgspec.Struct, frozen=True, gc=False):
     """The follower holds the first `offset` bytes of the snapshot at `index` (0 if it
     holds none of it, e.g. after a restart): the leader continues, or starts again, there."""
 
@@ -123,8 +114,7 @@ class SnapshotResponse:
     offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class TimeoutNow:
+class TimeoutNow(msgspec.Struct, frozen=True, gc=False):
     """Leadership transfer: the target campaigns at once, without pre-vote."""
 
     term: int
@@ -167,8 +157,8 @@ class DecodeError(ValueError):
     """Bytes that are not a RAFT message of this version."""
 
 
-def _entries_out(entries: tuple[Entry, ...]) -> list[tuple[int, int, int, bytes]]:
-    return [(e.term, e.index, int(e.kind), e.data) for e in entries]
+def _entries_out(entries: tuple[Entry, ...]) -> tuple[Entry, ...]:
+    return entries  # array-like Structs: msgspec writes each as [term, index, kind, data]
 
 
 def _fields(msg: Message) -> tuple[Any, ...]:
@@ -210,7 +200,13 @@ def encode_message(msg: Message) -> bytes:
 
 
 def _entries_in(raw: list[Any]) -> tuple[Entry, ...]:
-    return tuple(Entry(int(t), int(i), EntryKind(k), bytes(d)) for t, i, k, d in raw)
+    try:  # builds and type-checks every entry in C (ValidationError on bad ones)
+        return msgspec.convert(raw, _Entries)
+    except msgspec.ValidationError as exc:
+        raise DecodeError(f"bad raft entries: {exc}") from exc
+
+
+_Entries = tuple[Entry, ...]
 
 
 def decode_message(data: bytes) -> Message:

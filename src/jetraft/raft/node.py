@@ -6,12 +6,15 @@ time and I/O:
 
 - ticks come from the node's own timer, or from a shared `Ticker` that ticks every node
   of the process with one timer (a server hosting hundreds of groups uses one);
-- `Driver.process()` runs in one task per node; its blocking jobs (fsync, snapshot
-  writes) run in a worker thread so the loop stays responsive, and whatever arrives
-  meanwhile goes into the next Ready (group commit: one fsync for all of it);
+- `Driver.process()` runs from the loop's shared run queue (runtime.py), once per loop
+  turn for every node that has work, without a task of its own; its blocking jobs (fsync,
+  snapshot writes) run on the loop's I/O threads so the loop stays responsive, and
+  whatever arrives meanwhile goes into the next Ready (group commit: one fsync for it all);
 - each proposal is a future, answered once its entry is applied here, failed when the
   node loses leadership, stops, is removed or fails, or after its deadline
-  (ProposalTimeout: outcome unknown).
+  (ProposalTimeout: outcome unknown). Deadlines are checked on the node's ticks (so a
+  proposal may outlive its deadline by up to one tick), from a queue in deadline order:
+  no timer per proposal.
 
 The state machine contract (StateMachine and DurableStateMachine, defined in driver.py
 and exported here): `apply(entry)` sees each committed NORMAL entry in index order and may
@@ -26,9 +29,12 @@ machine skips replayed entries whose index it already holds.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 
+from . import runtime
 from .driver import (
     Applied,
     Driver,
@@ -38,6 +44,7 @@ from .driver import (
     NodeRemoved,
     NodeStopped,
     Outcome,
+    Process,
     ProposalTimeout,
     State,
     StateMachine,
@@ -48,6 +55,8 @@ from .ready import RaftConfig, Role, SoftState
 from .ready import Status as CoreStatus
 from .storage import LogStore, RecoveredState
 from .transport import Transport
+
+log = logging.getLogger("jetraft.raft")
 
 __all__ = [
     "Applied",
@@ -148,33 +157,44 @@ class RaftNode:
         self.driver.on_removed = self._removed
         self.driver.on_error = self._failed
         self.core = self.driver.core
-        self._wake = asyncio.Event()
-        self._progress = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._rt: runtime.Runtime | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._marked = False  # in the run queue's next pass
+        self._gen: Process | None = None  # driver.process() in progress (a job in flight)
+        self._waiters: list[asyncio.Future[None]] = []  # wait_for(), woken after progress
+        self._stopped: asyncio.Future[None] | None = None  # stop() waits for the Ready
+        # Proposals with a deadline, per timeout value: each deque is in deadline order.
+        self._deadlines: dict[float, deque[tuple[float, asyncio.Future[Applied]]]] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._started = False
         self._stopping = False
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         if self.driver.state is State.REMOVED:  # removed before this restart
             self._removed()
             return
-        self._task = loop.create_task(self._run(), name=f"raft-{self.id}")
+        self._rt = runtime.acquire(loop)
+        self._started = True
         if self.ticker is not None:
             self.ticker.register(self)
         else:
             self._timer = loop.call_later(self.tick_interval_s, self._on_timer)
-        self._wake.set()
+        self._mark()
 
     async def stop(self) -> None:
         """Stop after the Ready in progress (an fsync is never abandoned half way)."""
         self._stopping = True
         self._stop_ticks()
-        self._wake.set()
-        if self._task is not None:
-            await self._task
+        if self._gen is not None and self._loop is not None:
+            self._stopped = self._loop.create_future()
+            await self._stopped
         self.driver.stop()
+        self._notify()
+        if self._rt is not None:
+            runtime.release(self._rt)
+            self._rt = None
 
     def _stop_ticks(self) -> None:
         if self._timer is not None:
@@ -186,12 +206,15 @@ class RaftNode:
     def receive(self, msg: Message) -> None:
         """Called by the transport for each message addressed to this node."""
         self.driver.receive(msg)
-        self._wake.set()
+        if not self._marked:
+            self._mark()
 
     def tick(self) -> None:
         """One tick (called by the node's timer or its Ticker)."""
-        if self.driver.tick():
-            self._wake.set()
+        if self._deadlines:
+            self._expire()
+        if self.driver.tick() and not self._marked:
+            self._mark()
 
     def set_bootstrap_peers(self, peers: Sequence[str]) -> None:
         """The servers a group that is still bootstrapping may ask for votes."""
@@ -207,13 +230,11 @@ class RaftNode:
 
     def _removed(self) -> None:
         self._stop_ticks()
-        self._wake.set()
         if self.on_removed is not None:
             self.on_removed()
 
     def _failed(self, exc: BaseException) -> None:
         self._stop_ticks()
-        self._wake.set()
         if self.on_error is not None:
             self.on_error(exc)
 
@@ -247,9 +268,12 @@ class RaftNode:
 
     async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> None:
         """Wait until predicate() holds, re-checking after each Ready; TimeoutError."""
+        loop = asyncio.get_running_loop()
         async with asyncio.timeout(timeout_s):
             while not predicate():
-                await self._progress.wait()
+                fut: asyncio.Future[None] = loop.create_future()
+                self._waiters.append(fut)
+                await fut
 
     def caught_up(self) -> bool:
         """Every commit this node has heard of is applied here (see Driver.caught_up)."""
@@ -269,6 +293,19 @@ class RaftNode:
         with ProposalDropped/NotLeader if this node loses leadership first, NodeStopped
         (NodeRemoved, NodeFailed) if it stops: it never hangs."""
         return self._enqueue(data, timeout_s)
+
+    def propose_with(self, data: bytes, on_done: Callable[[Outcome], None]) -> None:
+        """Queue a proposal whose outcome goes to on_done(Applied | exception), called
+        once, synchronously: when the entry is applied here, or when the proposal fails
+        (NotLeader or ProposalDropped when leadership is lost, NodeStopped when the node
+        stops). No future and no deadline: the cheapest way to propose, for callers that
+        answer someone who keeps a deadline of their own (a PubAck to a publisher).
+        Raises NotLeader on a follower."""
+        if self._stopping:
+            raise NodeStopped("node stopped")
+        self.driver.propose(data, on_done)
+        if not self._marked:
+            self._mark()
 
     async def propose(self, data: bytes, *, timeout_s: float | None = None) -> Applied:
         return await self._enqueue(data, timeout_s)
@@ -292,29 +329,55 @@ class RaftNode:
         """Start an election now instead of after an election timeout (the preferred
         first leader of a new group: nobody else has a log, so it wins at once)."""
         self.core.campaign()
-        self._wake.set()
+        self._mark()
 
     def transfer_leadership(self, to: str | None = None) -> str:
         """Start handing leadership to `to` (or the most up-to-date voter)."""
         target = self.core.transfer_leadership(to)
-        self._wake.set()
+        self._mark()
         return target
 
     def _enqueue(self, item: Item, timeout_s: float | None) -> asyncio.Future[Applied]:
         if self._stopping:
             raise NodeStopped("node stopped")
-        loop = asyncio.get_running_loop()
+        loop = self._loop or asyncio.get_running_loop()
         fut: asyncio.Future[Applied] = loop.create_future()
         self.driver.propose(item, fut)  # raises NotLeader / NodeStopped
-        deadline = self.proposal_timeout_s if timeout_s is None else timeout_s
-        if deadline is not None:
-            handle = loop.call_later(deadline, _expire, fut, deadline)
-            fut.add_done_callback(lambda _f: handle.cancel())
-        self._wake.set()
+        timeout = self.proposal_timeout_s if timeout_s is None else timeout_s
+        if timeout is not None:
+            queue = self._deadlines.get(timeout)
+            if queue is None:
+                queue = self._deadlines[timeout] = deque()
+            queue.append((loop.time() + timeout, fut))
+        if not self._marked:
+            self._mark()
         return fut
 
+    def _expire(self) -> None:
+        """Fail the proposals whose deadline passed; forget those already answered (they
+        are answered mostly in order, so the queues stay about as long as what is in
+        flight)."""
+        now = (self._loop or asyncio.get_running_loop()).time()
+        for timeout, queue in list(self._deadlines.items()):
+            while queue:
+                deadline, fut = queue[0]
+                if not fut.done():
+                    if deadline > now:
+                        break
+                    fut.set_exception(ProposalTimeout(
+                        f"no outcome within {timeout}s; the entry may still be committed"))
+                queue.popleft()
+            if not queue:
+                del self._deadlines[timeout]
+
     def _done(self, token: object, outcome: Outcome) -> None:
-        assert isinstance(token, asyncio.Future)
+        if not isinstance(token, asyncio.Future):
+            assert callable(token)  # propose_with's callback
+            try:
+                token(outcome)
+            except Exception:  # the proposer's bug must not stop the group
+                log.exception("RAFT node %s: a proposal's callback failed", self.id)
+            return
         if token.done():
             return  # it timed out: the proposer was told the outcome is unknown
         if isinstance(outcome, BaseException):
@@ -322,37 +385,63 @@ class RaftNode:
         else:
             token.set_result(outcome)
 
-    # ------------------------------------------------------------------ the loop
-    async def _run(self) -> None:
-        driver = self.driver
-        while not self._stopping and driver.running:
-            await self._wake.wait()
-            self._wake.clear()
-            if driver.has_work():
-                await self._process()
-            ev, self._progress = self._progress, asyncio.Event()
-            ev.set()
-        ev, self._progress = self._progress, asyncio.Event()
-        ev.set()
+    # ------------------------------------------------------------------ processing
+    def _mark(self) -> None:
+        """Have the run queue call run_once() in its next pass."""
+        if self._rt is None or self._marked:
+            return  # not started yet (start() marks it), or already marked
+        self._marked = True
+        self._rt.mark(self)
 
-    async def _process(self) -> None:
-        gen = self.driver.process()
-        reply: object = None
-        error: BaseException | None = None
-        while True:
-            try:
-                job = gen.throw(error) if error is not None else gen.send(reply)
-            except StopIteration:
-                return
-            reply, error = None, None
-            try:
-                reply = await asyncio.to_thread(job)
-            except Exception as exc:  # handed to the driver, which stops the node
-                error = exc
+    def run_once(self) -> None:
+        """The run queue's call: start processing if there is work and no Ready is
+        already waiting for its fsync (what arrived meanwhile goes into the next one)."""
+        self._marked = False
+        if self._gen is not None or self._stopping:
+            return
+        if self.driver.has_work():
+            self._gen = self.driver.process()
+            self._resume(None, None)
+        else:
+            self._notify()
 
+    def _resume(self, reply: object, error: BaseException | None) -> None:
+        """Run the driver up to its next blocking job (handed to an I/O thread, which
+        calls back here with its outcome) or to the end of its work."""
+        gen = self._gen
+        assert gen is not None
+        try:
+            job = gen.send(reply) if error is None else gen.throw(error)
+        except StopIteration:
+            self._finished()
+            return
+        except Exception as exc:
+            log.exception("RAFT node %s: processing failed; stopping it", self.id)
+            self.driver.fail(exc)
+            self._finished()
+            return
+        assert self._rt is not None
+        self._rt.io.submit(job, self._job_done)
+        self._notify()
 
-def _expire(fut: asyncio.Future[Applied], deadline: float) -> None:
-    if not fut.done():
-        fut.set_exception(ProposalTimeout(
-            f"no outcome within {deadline}s; the entry may still be committed"))
+    def _job_done(self, result: object, error: BaseException | None) -> None:
+        if error is not None and not isinstance(error, Exception):
+            error = RuntimeError(f"I/O job ended with {error!r}")
+        self._resume(result, error)
+
+    def _finished(self) -> None:
+        self._gen = None
+        self._notify()
+        if self._stopped is not None:
+            if not self._stopped.done():
+                self._stopped.set_result(None)
+        elif self.driver.has_work():
+            self._mark()  # something arrived from inside the last Ready (an apply)
+
+    def _notify(self) -> None:
+        if self._waiters:
+            waiters, self._waiters = self._waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
 

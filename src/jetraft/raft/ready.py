@@ -17,6 +17,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+import msgspec
+
 from .messages import Message
 from .types import Entry, HardState, Membership, Snapshot
 
@@ -28,8 +30,7 @@ class Role(enum.Enum):
     LEADER = "leader"
 
 
-@dataclass(frozen=True, slots=True)
-class SoftState:
+class SoftState(msgspec.Struct, frozen=True, gc=False):
     """Volatile state worth telling the server about when it changes."""
 
     leader: str  # "" when unknown
@@ -37,8 +38,7 @@ class SoftState:
     term: int
 
 
-@dataclass(frozen=True, slots=True)
-class Ready:
+class Ready(msgspec.Struct, frozen=True, gc=False):
     soft_state: SoftState | None  # set when leader, role or term changed
     hard_state: HardState | None  # set when it changed since the last Ready
     snapshot: Snapshot | None  # received from the leader: persist, then restore from it

@@ -185,6 +185,8 @@ def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
 def maybe_commit(core: RaftCore) -> bool:
     """Advance the commit index to what a quorum of voters has, if that entry is of our
     term (an older entry is committed only indirectly, by a later one: Figure 8)."""
+    if core.log.committed >= core.log.last_index:
+        return False  # nothing left to commit (the common case: asked on every tick)
     voters = core.membership.voters
     if not voters:
         return False

@@ -2,12 +2,18 @@
 
 Node ids are strings (server names or peer ids); "" means "nobody".
 Everything here is immutable so a Ready can be handed to I/O without copies.
+
+The values made per entry and per message (here, in messages.py and ready.py) are frozen
+msgspec Structs rather than frozen dataclasses: a frozen dataclass sets each field through
+object.__setattr__ (about 1 us to build one), a Struct is built in C (about 0.1 us). None
+of them can be part of a reference cycle, so the garbage collector does not track them.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+import msgspec
 
 
 class EntryKind(enum.IntEnum):
@@ -16,16 +22,16 @@ class EntryKind(enum.IntEnum):
     NOOP = 2  # appended by a new leader to commit entries of earlier terms
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """On the wire (messages.py) as [term, index, kind, data]."""
+
     term: int
     index: int
     kind: EntryKind
     data: bytes
 
 
-@dataclass(frozen=True, slots=True)
-class HardState:
+class HardState(msgspec.Struct, frozen=True, gc=False):
     """What must be durable before any message that depends on it is sent."""
 
     term: int = 0
@@ -33,8 +39,7 @@ class HardState:
     commit: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Membership:
+class Membership(msgspec.Struct, frozen=True, gc=False):
     """Who votes and who only follows. ``size`` is the cluster size a quorum is counted
     against while fewer voters are known than the group was started for (a group
     bootstrapped with some of its servers missing): a quorum is always a majority of
@@ -48,15 +53,13 @@ class Membership:
         return max(self.size, len(self.voters)) // 2 + 1
 
 
-@dataclass(frozen=True, slots=True)
-class SnapshotMeta:
+class SnapshotMeta(msgspec.Struct, frozen=True, gc=False):
     index: int
     term: int
     membership: Membership
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True, gc=False):
     """The state machine's state after entry meta.index. An `external` snapshot is a
     marker with no data: the state machine keeps that state durably in its own storage
     (see node.StateMachine.durable_index); it is never sent to a peer."""

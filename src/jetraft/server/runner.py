@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -22,6 +23,26 @@ def _setup_logging(cfg: ServerConfig) -> None:
         format="[%(process)d] %(asctime)s [%(levelname).3s] %(message)s",
         stream=sys.stderr,
     )
+
+
+# Collection thresholds once the server runs. The defaults (700, 10, 10) collect the
+# youngest generation every 700 net allocations: a JetStream server allocates several
+# objects per message (entries, futures, stored records), so it collected thousands of
+# times per second and promoted short-lived objects that later, costlier collections
+# scanned again (R3 publish: about a quarter of the stream leader's CPU per message,
+# measured with and without). Nearly everything here is freed by reference counting; the
+# collector only reclaims cycles, and at these thresholds it still does so within about
+# 100k allocations.
+GC_THRESHOLDS = (100_000, 50, 100)
+
+
+def tune_gc() -> None:
+    """After start-up: what exists now (modules, classes, configuration, recovered
+    state) lives as long as the process, so the collector stops scanning it (freeze),
+    and it runs less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def serve(cfg: ServerConfig) -> int:
@@ -45,6 +66,7 @@ async def serve(cfg: ServerConfig) -> int:
         print(f"jetraft: {exc}", file=sys.stderr)
         await server.stop()  # whatever had started (routes, JetStream) stops cleanly
         return 1
+    tune_gc()
     await stop.wait()
     log.info("Initiating Shutdown...")
     await server.stop()

@@ -368,7 +368,7 @@ class World:
 
 def _msg(m: Message) -> str:
     fields = ", ".join(
-        f"{k}={getattr(m, k)!r}" for k in m.__dataclass_fields__ if k not in ("frm", "to")
+        f"{k}={getattr(m, k)!r}" for k in m.__struct_fields__ if k not in ("frm", "to")
     )
     return f"{m.frm}->{m.to} {type(m).__name__}({fields})"
 

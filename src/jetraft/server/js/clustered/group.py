@@ -33,10 +33,10 @@ from jetraft.server.cluster.raftnet import RaftNet
 
 log = logging.getLogger("jetraft.js.raft")
 
-TICK_S = 0.05
+TICK_S = 0.1
 # A proposal without an outcome by then fails (its outcome is unknown: it may commit later).
 PROPOSAL_TIMEOUT_S = 10.0
-RAFT_CONFIG = RaftConfig(election_ticks=10, heartbeat_ticks=2)
+RAFT_CONFIG = RaftConfig(election_ticks=5, heartbeat_ticks=1)
 # A replica not heard from for this long is not current (nats-server uses a similar bound).
 CURRENT_WITHIN_S = 2.0
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"

@@ -62,6 +62,7 @@ class MetaGroup:
         self.last_leader: tuple[str, int] = ("", 0)
         self._lost_at: float | None = time.monotonic()
         self.listeners: list[Callable[[str], None]] = []
+        self._campaigned_with = 0  # servers seen at our last first campaign (see below)
 
     async def start(self) -> None:
         await self.group.start()
@@ -159,6 +160,25 @@ class MetaGroup:
         if core.in_bootstrap:
             # More JetStream servers than we were told to expect: count them all.
             core.bootstrap_size = max(core.bootstrap_size, len(online) + 1)
+            self._maybe_campaign_first(online)
+
+    def _maybe_campaign_first(self, online: list[str]) -> None:
+        """A new cluster: the server with the smallest name campaigns as soon as it sees
+        enough servers to be elected, instead of after an election timeout (half a second
+        or more of a cold start). The others wait for their timeouts as usual, so if it is
+        down or its campaign fails, one of them is elected a little later; a campaign is
+        always safe, at worst it is lost (it tries again as more servers come: the first
+        ones may not have started their own meta group yet)."""
+        node = self.group.node
+        if node is None or len(online) <= self._campaigned_with:
+            return
+        core = node.core
+        if core.term != 0 or core.lead or (online and min(online) < self.host.server_name):
+            return
+        if len(online) + 1 < core.bootstrap_size // 2 + 1:
+            return
+        self._campaigned_with = len(online)
+        node.campaign()
 
     def members(self) -> tuple[str, ...]:
         node = self.group.node

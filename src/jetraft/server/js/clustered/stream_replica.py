@@ -48,6 +48,7 @@ from jetraft.jetstream.stream import (
     encode_entry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.raft.driver import Outcome
 from jetraft.raft.node import Applied, NodeStopped
 from jetraft.raft.ready import NotLeader, ProposalDropped, RaftError, Role, SoftState
 from jetraft.raft.types import Entry
@@ -274,23 +275,25 @@ class StreamReplica:
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not self._leading:
             return
+        node = self.group.node
+        if node is None:
+            return
         entry = StoreMsg(subject, reply or "", hdr, data, time.time_ns())
+        # A callback rather than a future per message: the PubAck leaves as the entry is
+        # applied (the publisher keeps its own deadline).
+        no_ack = not reply or self.stream.config.no_ack
+        done = _ignore if no_ack or not reply else functools.partial(self._send_ack, reply)
         try:
-            fut = self.propose(entry)
+            node.propose_with(encode_entry(entry), done)
         except RaftError:
             return  # no leader to take it: the publisher hears nothing and retries
-        if reply and not self.stream.config.no_ack:
-            fut.add_done_callback(functools.partial(self._send_ack, reply))
 
-    def _send_ack(self, reply: str, fut: asyncio.Future[Applied]) -> None:
-        if fut.cancelled():
+    def _send_ack(self, reply: str, outcome: Outcome) -> None:
+        if isinstance(outcome, BaseException):
+            if not isinstance(outcome, NotLeader | ProposalDropped | NodeStopped):
+                log.warning("stream %s: proposal failed: %s", self.name, outcome)
             return
-        exc = fut.exception()
-        if exc is not None:
-            if not isinstance(exc, NotLeader | ProposalDropped | NodeStopped):
-                log.warning("stream %s: proposal failed: %s", self.name, exc)
-            return
-        result = fut.result().result
+        result = outcome.result
         if isinstance(result, PubAck):
             self.client.publish(reply, result.body())
 
@@ -377,3 +380,7 @@ class StreamReplica:
 
     def cluster_info(self) -> dict[str, Any]:
         return self.group.cluster_info()
+
+
+def _ignore(outcome: Outcome) -> None:
+    pass
