@@ -322,6 +322,10 @@ class BaseStore:
         ix = self._ix
         return (ix.first if ix.last else 0), ix.last
 
+    @property
+    def last_seq(self) -> int:
+        return self._ix.last
+
     def fingerprint(self) -> tuple[int, int, int]:
         """(first_seq, last_seq, msgs): changes whenever the stored set changes."""
         ix = self._ix
