@@ -123,8 +123,8 @@ def main() -> None:
                 per = index_bytes_per_msg(make, args.msgs, distinct)
                 kind = f"{args.msgs} distinct subjects" if distinct else "one subject"
                 print(f"{name:<6} store  {kind:<26} {per:>7.1f} B/msg")
-        # KV churn with one key never updated: first_seq stays at 1, so the index spans every
-        # sequence ever stored although only 101 messages are live.
+        # KV churn with one key never updated: first_seq stays at 1 while only 101 messages
+        # are live; the index holds the live ones only.
         s = FileStore(os.path.join(root, "churn"), Limits(max_msgs_per_subject=1))
         s.store("kv.pinned", None, b"x", 0)
         for i in range(args.msgs):
@@ -133,10 +133,27 @@ def main() -> None:
         st = s.state()
         print(
             f"file   store  KV churn, {st.msgs} live of {st.last_seq} seqs: index arrays "
-            f"{s.index_bytes() / st.last_seq:.1f} B/seq, disk "
+            f"{s.index_bytes() / st.msgs:.1f} B/live msg, disk "
             f"{sum(os.path.getsize(p) for p in s.block_files()) / 1024:.0f} KiB"
         )
         s.delete()
+        for what, keep in (("deleted", lambda q: q % 100 == 0), ("acked", lambda q: q > 0.99)):
+            s = FileStore(os.path.join(root, what))
+            for i in range(args.msgs):
+                s.store(f"bench.s{i % 10}", None, b"x" * 128, i)
+            full = s.index_bytes() / args.msgs
+            n = args.msgs
+            for q in range(1, n + 1):
+                if not keep(q if what == "deleted" else q / n):
+                    s.remove(q)
+            s.sync()
+            st = s.state()
+            how = "every 100th kept" if what == "deleted" else "oldest 99% removed in order"
+            print(
+                f"file   store  {how}: {st.msgs} live of {st.last_seq} seqs, index arrays "
+                f"{s.index_bytes() / st.msgs:.1f} B/live msg (full stream: {full:.1f})"
+            )
+            s.delete()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

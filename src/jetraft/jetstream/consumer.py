@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 import msgspec
 
@@ -77,15 +77,17 @@ class MsgSource(Protocol):
 
 
 # --- entries (the replicated operations) ---------------------------------------------------
+# msgspec Structs, not NamedTuples: one or two are made per delivered message. The integer tags
+# make msgpack ``[tag, *fields]`` (``encode_entry``); ``gc=False``: they hold only numbers.
 
 
-class Start(NamedTuple):
+class Start(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=0):
     """The consumer starts at stream sequence ``sseq`` (nothing below it is for us)."""
 
     sseq: int
 
 
-class Delivered(NamedTuple):
+class Delivered(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=1):
     """Stream seq ``sseq`` went out as consumer seq ``dseq``, delivery number ``dc``."""
 
     dseq: int
@@ -94,7 +96,7 @@ class Delivered(NamedTuple):
     ts_ns: int
 
 
-class Acked(NamedTuple):
+class Acked(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=2):
     """+ACK / +NXT / +TERM (``term``) / AckAll: ``dseq`` is the ack subject's consumer seq."""
 
     sseq: int
@@ -102,7 +104,7 @@ class Acked(NamedTuple):
     term: bool = False
 
 
-class Nakked(NamedTuple):
+class Nakked(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=3):
     """-NAK: the pending timestamp becomes ``pending_ts_ns`` (redelivery due ack_wait later)."""
 
     sseq: int
@@ -110,20 +112,20 @@ class Nakked(NamedTuple):
     delayed: bool
 
 
-class Progress(NamedTuple):
+class Progress(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=4):
     """+WPI: restart the ack timer of ``sseq`` at ``ts_ns``."""
 
     sseq: int
     ts_ns: int
 
 
-class Dropped(NamedTuple):
+class Dropped(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=6):
     """``sseq`` left the stream (limits, purge, delete) while pending: forget it."""
 
     sseq: int
 
 
-class Exhausted(NamedTuple):
+class Exhausted(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=5):
     """``sseq`` reached max_deliver: stop tracking it (redelivered count is kept)."""
 
     sseq: int
@@ -132,42 +134,32 @@ class Exhausted(NamedTuple):
 
 Entry = Start | Delivered | Acked | Nakked | Progress | Exhausted | Dropped
 
-_ENTRY_TYPES: tuple[type[Entry], ...] = (
-    Start,
-    Delivered,
-    Acked,
-    Nakked,
-    Progress,
-    Exhausted,
-    Dropped,
-)
-_TAGS = {t: i for i, t in enumerate(_ENTRY_TYPES)}
+_ENCODER = msgspec.msgpack.Encoder()
+_DECODER = msgspec.msgpack.Decoder(Entry)
 
 
 def encode_entry(entry: Entry) -> bytes:
     """Bytes for a log: msgpack ``[tag, *fields]``."""
-    return msgspec.msgpack.encode([_TAGS[type(entry)], *entry])
+    return _ENCODER.encode(entry)
 
 
 def decode_entry(blob: bytes) -> Entry:
     """The entry ``encode_entry`` produced (ValueError on anything else)."""
     try:
-        tag, *fields = msgspec.msgpack.decode(blob)
-        entry: Entry = _ENTRY_TYPES[tag](*fields)
+        entry: Entry = _DECODER.decode(blob)
         return entry
-    except (msgspec.DecodeError, TypeError, ValueError, IndexError) as exc:
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ValueError(f"not a consumer entry: {exc}") from None
 
 
-class Candidate(NamedTuple):
+class Candidate(msgspec.Struct, frozen=True, gc=False):
     """What the leader should deliver next (then propose ``Delivered``)."""
 
     msg: Msg
     dc: int
 
 
-@dataclass(slots=True)
-class Pending:
+class Pending(msgspec.Struct, gc=False):
     dseq: int
     ts_ns: int
 
@@ -216,6 +208,7 @@ class ConsumerCore:
         # tracks a delivery the moment it sends it.
         self.inflight: dict[int, Pending] = {}
         self.noted_sseq = 0
+        self._ack_prefix = f"$JS.ACK.{stream}.{name}."
         self._set_filters(cfg)
 
     # --- config --------------------------------------------------------------------------
@@ -288,10 +281,11 @@ class ConsumerCore:
     def apply(self, entry: Entry) -> list[int]:
         """Apply one replicated entry. Returns stream sequences this consumer no longer needs
         (the stream uses them for interest / workqueue retention)."""
-        if isinstance(entry, Delivered):
-            return self._apply_delivered(entry)
-        if isinstance(entry, Acked):
-            return self._apply_acked(entry)
+        kind = type(entry)
+        if kind is Delivered:
+            return self._apply_delivered(entry)  # type: ignore[arg-type]
+        if kind is Acked:
+            return self._apply_acked(entry)  # type: ignore[arg-type]
         if isinstance(entry, Nakked):
             p = self.state.pending.get(entry.sseq)
             if p is not None:
@@ -306,6 +300,7 @@ class ConsumerCore:
             return self._apply_exhausted(entry)
         if isinstance(entry, Dropped):
             return self._apply_dropped(entry)
+        assert isinstance(entry, Start)
         return self._apply_start(entry)
 
     def _apply_start(self, entry: Start) -> list[int]:
@@ -337,8 +332,17 @@ class ConsumerCore:
 
     def _apply_delivered(self, e: Delivered) -> list[int]:
         st = self.state
-        self.inflight.pop(e.sseq, None)
-        self.note_delivered(e)
+        if self.inflight:
+            self.inflight.pop(e.sseq, None)
+        # note_delivered, inline (once per delivered message)
+        dseq, sseq = e.dseq, e.sseq
+        if dseq >= self.dseq:
+            self.dseq = dseq + 1
+        if sseq >= self.sseq and e.dc == 1 and not self.lss:
+            self.sseq = sseq + 1
+        if sseq > self.noted_sseq:
+            self.noted_sseq = sseq
+        self.last_delivered_ns = e.ts_ns
         if e.dseq <= st.ack_floor.consumer_seq:
             return []
         if self.cfg.ack_policy == "none":
@@ -366,8 +370,10 @@ class ConsumerCore:
         policy = self.cfg.ack_policy
         if policy == "none":
             return []
-        self._rdq_discard(e.sseq)
-        st.redelivered.pop(e.sseq, None)
+        if self._rdq_set:
+            self._rdq_discard(e.sseq)
+        if st.redelivered:
+            st.redelivered.pop(e.sseq, None)
         if e.dseq <= st.ack_floor.consumer_seq and policy == "all":
             return []
         if policy == "all":
@@ -637,4 +643,4 @@ class ConsumerCore:
         return len(self.state.redelivered)
 
     def ack_reply(self, sseq: int, dseq: int, dc: int, ts_ns: int, pending: int) -> str:
-        return f"$JS.ACK.{self.stream}.{self.name}.{dc}.{sseq}.{dseq}.{ts_ns}.{pending}"
+        return f"{self._ack_prefix}{dc}.{sseq}.{dseq}.{ts_ns}.{pending}"

@@ -135,9 +135,10 @@ def decode_entry(blob: bytes) -> Entry:
 # --- results -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class PubAck:
-    """The answer to one StoreMsg; ``reply`` is where it goes ("" = nowhere)."""
+class PubAck(msgspec.Struct, frozen=True):
+    """The answer to one StoreMsg; ``reply`` is where it goes ("" = nowhere). A Struct, not
+    a dataclass: one is made per published message, and a frozen dataclass costs several
+    times as much to build."""
 
     reply: str
     stream: str
@@ -347,6 +348,33 @@ class Stream:
         return PubAck(e.reply, self.name, 0, False, err, self.domain)
 
     def _apply_msg(self, e: StoreMsg) -> PubAck:
+        cfg = self.config
+        if e.hdr or cfg.sealed or cfg.retention == "interest" or cfg.discard == "new":
+            return self._apply_msg_checked(e)
+        # The common case, one call per published message: no headers (so no dedupe, no
+        # expectations, no rollup, no TTL), limits retention, discard old. The same
+        # decisions as below, in the same order.
+        data = e.data
+        size_limit = cfg.max_msg_size
+        if size_limit >= 0 and len(data) > size_limit:
+            return self._nack(e, E.message_exceeds_maximum())
+        store = self.store
+        if store.last_seq >= MAX_SEQ:
+            return self._nack(e, E.store_failed("stream sequence space exhausted"))
+        subject = e.subject
+        seq, removed = store.store(subject, None, data, e.ts_ns)
+        if self.last_msg_id:
+            self._remember("", seq, e.ts_ns)
+        if removed:
+            self._tell_removed(removed)
+        for obs in self._observers:
+            obs.on_stored(seq, subject)
+        for cb in self._listeners:
+            cb(seq)
+        return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
+        """A publish with headers, or to a stream whose config needs more checks."""
         cfg = self.config
         if cfg.sealed:
             return self._nack(e, E.stream_sealed())

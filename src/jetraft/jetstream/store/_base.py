@@ -92,6 +92,14 @@ class BaseStore:
             seq, subject, headers, data, ts_ns, self._size_of(subject, headers, data)
         )
         lim = self._limits
+        if lim.max_msgs_per_subject <= 0 and lim.max_msgs <= 0 and lim.max_bytes <= 0:
+            return seq, []
+        return seq, self._enforce(sid)
+
+    def _enforce(self, sid: int) -> list[int]:
+        """After a store: the limits that remove older messages; returns what they removed."""
+        ix = self._ix
+        lim = self._limits
         removed: list[int] = []
         maxp = lim.max_msgs_per_subject
         if maxp > 0:
@@ -110,7 +118,7 @@ class BaseStore:
                     first = ix.first
                     self._remove(first)
                     removed.append(first)
-        return seq, removed
+        return removed
 
     def would_exceed(
         self, subject: str, headers: bytes | None, data: bytes, rollup: bool = False
@@ -140,7 +148,7 @@ class BaseStore:
                     return ERR_MAX_BYTES
                 # Storing replaces the subject's oldest message: enough only if that is as big.
                 oldest = ix.subject_first(sid)
-                if ix.sizes[oldest - ix.base] < size:
+                if ix.size(oldest) < size:
                     return ERR_MAX_BYTES
         return None
 
@@ -217,13 +225,11 @@ class BaseStore:
         if max_age <= 0 or not ix.msgs:
             return []
         cutoff = now_ns - max_age
-        sids, tss, base = ix.sids, ix.tss, ix.base
         removed: list[int] = []
-        for i in range(ix.first - base, ix.last - base + 1):
-            if sids[i] >= 0:
-                if tss[i] > cutoff:
-                    break
-                removed.append(base + i)
+        for seq, c, i in ix.entries(ix.first, ix.last):
+            if c.tss[i] > cutoff:
+                break
+            removed.append(seq)
         if removed:
             self._compact(removed[-1] + 1)
         return removed
@@ -243,10 +249,10 @@ class BaseStore:
                 excess = ix.bytes - limits.max_bytes
                 live = ix.seqs_between(ix.first, ix.last, None)
                 n = 0
-                for s in live:
+                for _seq, c, i in ix.entries(ix.first, ix.last):
                     if excess <= 0:
                         break
-                    excess -= ix.sizes[s - ix.base]
+                    excess -= c.sizes[i]
                     n += 1
                 drop = max(drop, n)
             if drop:
@@ -321,6 +327,10 @@ class BaseStore:
     def bounds(self) -> tuple[int, int]:
         ix = self._ix
         return (ix.first if ix.last else 0), ix.last
+
+    @property
+    def last_seq(self) -> int:
+        return self._ix.last
 
     def fingerprint(self) -> tuple[int, int, int]:
         """(first_seq, last_seq, msgs): changes whenever the stored set changes."""

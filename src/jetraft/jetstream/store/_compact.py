@@ -93,7 +93,8 @@ def rewrite(
             if kind not in (rec.KIND_DEL, rec.KIND_FLOOR) and seq > top:
                 top, top_ts = seq, ts
             if kind == rec.KIND_MSG:
-                live = ix.is_live(seq) and ix.locs[seq - ix.base] == here | off
+                found = ix.locate(seq)
+                live = found is not None and found[0] == here | off
                 if live or durable_first <= seq < first:
                     if live:
                         r.moved.append((seq, len(out), rlen))

@@ -1,9 +1,17 @@
-"""The in-memory index both stores keep: per-sequence arrays and a per-subject index.
+"""The in-memory index both stores keep: per-message entries in chunks, and per subject.
 
-Per sequence (aligned arrays, position = seq - base): subject id (-1 = no message), timestamp,
-accounted size, and either the file location (file store) or the message object (memory store).
-Sequences between ``first`` and ``last`` without a message are "deleted" and also listed, sorted,
-in ``dels`` so that counting messages above a sequence is a bisect, not a walk.
+Per message: subject id, timestamp, accounted size, and either the file location and record
+length (file store) or the message object (memory store). Entries live in chunks of
+``CHUNK`` consecutive sequences, keyed by ``seq >> SHIFT``; a chunk holds entries only for
+sequences that were stored in it, as aligned arrays. A removed message leaves a tombstone
+(subject id -1) until the chunk's tombstones reach half of its entries, when the chunk is
+rewritten without them; a chunk without live messages is dropped. So the index costs memory
+for live messages only (at most one tombstone per live entry, plus a few dozen per chunk):
+deleted sequences, skipped ones and gaps cost nothing, however they are spread.
+
+A chunk is "dense" while its entries are consecutive sequences (the common case: appends in
+order, removals as tombstones): entry ``i`` is sequence ``base + i``, found by subtraction.
+After a gap or a rewrite its entries' offsets are listed (``offs``) and found by bisection.
 
 Per subject: the sorted sequences of that subject, kept as a plain ``int`` while a subject holds
 one message (the common KV case, no allocation) and as an ``array('Q')`` with a head offset once
@@ -12,14 +20,14 @@ recycled when a subject empties.
 
 Filters with wildcards resolve to sets of subject ids, cached per filter tuple and kept current
 incrementally as subjects appear and disappear (a new subject costs one predicate call per
-cached filter). Scans pick the cheaper of walking the sequence array and bisecting the
-per-subject lists, with a bounded walk first because matches are usually dense.
+cached filter). Scans pick the cheaper of walking the entries and bisecting the per-subject
+lists, with a bounded walk first because matches are usually dense.
 """
 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from typing import Generic, TypeVar
@@ -28,9 +36,12 @@ from jetraft.jetstream.store._match import Matcher, compile_filters, is_literal
 
 T = TypeVar("T")
 
+SHIFT = 12
+CHUNK = 1 << SHIFT  # sequences per chunk
+MASK = CHUNK - 1
 _SMALL_SELECTION = 8  # up to this many subjects: bisect their lists instead of walking
 _MAX_CACHED_FILTERS = 64
-_TRIM_MIN = 4096  # trim array heads only past this many dead slots (amortised O(1))
+_MIN_REWRITE = 32  # tombstones a chunk may keep regardless of its size
 
 
 class Seqs:
@@ -96,31 +107,104 @@ Selection = Collection[int] | None
 """Subject ids to consider; None means every subject."""
 
 
+class Chunk(Generic[T]):
+    """The entries of up to ``CHUNK`` consecutive sequences starting at ``k << SHIFT``.
+
+    Entry ``i`` is sequence ``base + i`` while ``offs`` is None (dense), else
+    ``(k << SHIFT) + offs[i]``. ``sids[i] < 0`` marks a tombstone."""
+
+    __slots__ = ("base", "k", "live", "locs", "objs", "offs", "rlens", "sids", "sizes", "tss")
+
+    def __init__(self, k: int, base: int, file_mode: bool) -> None:
+        self.k = k
+        self.base = base
+        self.offs: array[int] | None = None
+        self.sids = array("i")
+        self.tss = array("q")
+        self.sizes = array("I")
+        self.locs = array("Q") if file_mode else None
+        self.rlens = array("I") if file_mode else None
+        self.objs: list[T | None] | None = None if file_mode else []
+        self.live = 0
+
+    def index(self, seq: int) -> int:
+        """The entry of ``seq`` (live or a tombstone), -1 when it has none."""
+        offs = self.offs
+        if offs is None:
+            i = seq - self.base
+            return i if 0 <= i < len(self.sids) else -1
+        off = seq & MASK
+        i = bisect_left(offs, off)
+        return i if i < len(offs) and offs[i] == off else -1
+
+    def lower(self, seq: int) -> int:
+        """The first entry at or after ``seq`` (len(sids) when none)."""
+        offs = self.offs
+        if offs is None:
+            return min(max(seq - self.base, 0), len(self.sids))
+        return bisect_left(offs, seq - (self.k << SHIFT))
+
+    def seq_at(self, i: int) -> int:
+        offs = self.offs
+        return self.base + i if offs is None else (self.k << SHIFT) + offs[i]
+
+    def seqs(self) -> Iterator[tuple[int, int]]:
+        """(entry, seq) of the live entries, in order."""
+        sids, offs = self.sids, self.offs
+        if offs is None:
+            base = self.base
+            return ((i, base + i) for i, sid in enumerate(sids) if sid >= 0)
+        top = self.k << SHIFT
+        return ((i, top + offs[i]) for i, sid in enumerate(sids) if sid >= 0)
+
+    def rewrite(self) -> None:
+        """Drop the tombstones (the chunk keeps at least one live entry)."""
+        keep = [i for i, sid in enumerate(self.sids) if sid >= 0]
+        top = self.k << SHIFT
+        offs = [self.seq_at(i) - top for i in keep]
+        if offs[-1] - offs[0] + 1 == len(offs):
+            self.offs = None
+            self.base = top + offs[0]
+        else:
+            self.offs = array("H", offs)
+        self.sids = array("i", [self.sids[i] for i in keep])
+        self.tss = array("q", [self.tss[i] for i in keep])
+        self.sizes = array("I", [self.sizes[i] for i in keep])
+        if self.locs is not None and self.rlens is not None:
+            self.locs = array("Q", [self.locs[i] for i in keep])
+            self.rlens = array("I", [self.rlens[i] for i in keep])
+        if self.objs is not None:
+            objs = self.objs
+            self.objs = [objs[i] for i in keep]
+
+    def nbytes(self) -> int:
+        arrays = [self.sids, self.tss, self.sizes]
+        if self.offs is not None:
+            arrays.append(self.offs)
+        if self.locs is not None and self.rlens is not None:
+            arrays += [self.locs, self.rlens]
+        return sum(a.itemsize * a.buffer_info()[1] for a in arrays)
+
+
 class SeqIndex(Generic[T]):
     """Sequence and subject bookkeeping; ``T`` is what the memory store keeps per message."""
 
     __slots__ = (
         "_caches",
-        "base",
+        "_chunks",
+        "_keys",
+        "_tail",
         "bytes",
-        "dels",
-        "dels_head",
         "file_mode",
         "first",
         "free",
         "last",
         "last_ts",
-        "locs",
         "msgs",
         "names",
         "num_subjects",
-        "objs",
         "per",
-        "rlens",
         "sid_of",
-        "sids",
-        "sizes",
-        "tss",
     )
 
     def __init__(self, file_mode: bool) -> None:
@@ -128,17 +212,12 @@ class SeqIndex(Generic[T]):
         self.first = 1  # first live seq; last + 1 when empty
         self.last = 0
         self.last_ts = 0
-        self.base = 1  # seq at array position 0
         self.msgs = 0
         self.bytes = 0
-        self.sids = array("i")
-        self.tss = array("q")
-        self.sizes = array("I")
-        self.locs = array("Q")  # file mode: (block << 40) | offset
-        self.rlens = array("I")  # file mode: record length
-        self.objs: list[T | None] = []  # memory mode
-        self.dels = array("Q")
-        self.dels_head = 0
+        # Chunks holding at least one live entry, by k; _keys lists their k ascending.
+        self._chunks: dict[int, Chunk[T]] = {}
+        self._keys: list[int] = []
+        self._tail: Chunk[T] | None = None  # the chunk appends go to
         self.sid_of: dict[str, int] = {}
         self.names: list[str | None] = []
         self.per: list[Entry | None] = []
@@ -176,15 +255,6 @@ class SeqIndex(Generic[T]):
         self.num_subjects -= 1
         for _, members in self._caches.values():
             members.discard(sid)
-
-    def _subj_add(self, sid: int, seq: int) -> None:
-        e = self.per[sid]
-        if e is None:
-            self.per[sid] = seq
-        elif type(e) is int:
-            self.per[sid] = Seqs(e, seq)
-        else:
-            e.arr.append(seq)  # type: ignore[union-attr]
 
     def _subj_remove(self, sid: int, seq: int) -> None:
         e = self.per[sid]
@@ -231,31 +301,61 @@ class SeqIndex(Generic[T]):
     def live_sids(self) -> Iterator[int]:
         return iter(self.sid_of.values())
 
+    # --- chunks ----------------------------------------------------------------------------
+
+    def _find(self, seq: int) -> tuple[Chunk[T], int] | None:
+        """The chunk and entry of a live ``seq``."""
+        c = self._chunks.get(seq >> SHIFT)
+        if c is None:
+            return None
+        i = c.index(seq)
+        if i < 0 or c.sids[i] < 0:
+            return None
+        return c, i
+
+    def _drop_chunk(self, c: Chunk[T]) -> None:
+        del self._chunks[c.k]
+        keys = self._keys
+        if keys[0] == c.k:
+            del keys[0]
+        else:
+            del keys[bisect_left(keys, c.k)]
+        if self._tail is c:
+            self._tail = None
+
+    def _chunks_from(self, seq: int) -> Iterator[Chunk[T]]:
+        """Chunks that may hold sequences >= seq, in order."""
+        keys, chunks = self._keys, self._chunks
+        for j in range(bisect_left(keys, seq >> SHIFT), len(keys)):
+            yield chunks[keys[j]]
+
+    def _chunks_down_from(self, seq: int) -> Iterator[Chunk[T]]:
+        """Chunks that may hold sequences <= seq, newest first."""
+        keys, chunks = self._keys, self._chunks
+        for j in range(bisect_right(keys, seq >> SHIFT) - 1, -1, -1):
+            yield chunks[keys[j]]
+
+    def entries(self, lo: int, hi: int) -> Iterator[tuple[int, Chunk[T], int]]:
+        """(seq, chunk, entry) of every live message in [lo, hi], in order."""
+        for c in self._chunks_from(lo):
+            if c.k << SHIFT > hi:
+                return
+            sids = c.sids
+            for i in range(c.lower(lo), len(sids)):
+                if sids[i] >= 0:
+                    seq = c.seq_at(i)
+                    if seq > hi:
+                        return
+                    yield seq, c, i
+
     # --- mutation --------------------------------------------------------------------------
 
     def _reset(self, first: int) -> None:
         """No messages any more; ``first`` becomes the next sequence to be stored."""
-        self.first = self.base = first
-        for arr in (self.sids, self.tss, self.sizes, self.locs, self.rlens, self.dels):
-            del arr[:]
-        self.objs.clear()
-        self.dels_head = 0
-
-    def _pad(self, upto: int) -> None:
-        """Sequences last+1..upto become holes (msgs > 0)."""
-        n = upto - self.last
-        if n <= 0:
-            return
-        self.sids.extend(array("i", (-1,)) * n)
-        self.tss.extend(array("q", (self.last_ts,)) * n)
-        self.sizes.extend(array("I", (0,)) * n)
-        if self.file_mode:
-            self.locs.extend(array("Q", (0,)) * n)
-            self.rlens.extend(array("I", (0,)) * n)
-        else:
-            self.objs.extend([None] * n)
-        self.dels.extend(array("Q", range(self.last + 1, upto + 1)))
-        self.last = upto
+        self.first = first
+        self._chunks = {}
+        self._keys = []
+        self._tail = None
 
     def append(
         self, seq: int, subject: str, ts: int, size: int, loc: int, rlen: int, obj: T | None
@@ -265,84 +365,89 @@ class SeqIndex(Generic[T]):
             raise ValueError(f"sequence {seq} not above last sequence {self.last}")
         if self.msgs == 0:
             self._reset(seq)
-        elif seq > self.last + 1:
-            self._pad(seq - 1)
         sid = self.sid_of.get(subject, -1)
         if sid < 0:
             sid = self._new_sid(subject)
-        self.sids.append(sid)
-        self.tss.append(ts)
-        self.sizes.append(size)
-        if self.file_mode:
-            self.locs.append(loc)
-            self.rlens.append(rlen)
+        c = self._tail
+        k = seq >> SHIFT
+        if c is None or c.k != k:
+            c = self._tail = Chunk(k, seq, self.file_mode)
+            self._chunks[k] = c
+            self._keys.append(k)
+        elif c.offs is not None:
+            c.offs.append(seq & MASK)
+        elif seq != c.base + len(c.sids):
+            # A gap inside the chunk (skipped sequences): list the offsets from now on.
+            start = c.base & MASK
+            c.offs = array("H", range(start, start + len(c.sids)))
+            c.offs.append(seq & MASK)
+        c.sids.append(sid)
+        c.tss.append(ts)
+        c.sizes.append(size)
+        if c.objs is None:
+            c.locs.append(loc)  # type: ignore[union-attr]
+            c.rlens.append(rlen)  # type: ignore[union-attr]
         else:
-            self.objs.append(obj)
+            c.objs.append(obj)
+        c.live += 1
         self.last = seq
         self.last_ts = ts
         self.msgs += 1
         self.bytes += size
-        self._subj_add(sid, seq)
+        e = self.per[sid]
+        if e is None:
+            self.per[sid] = seq
+        elif type(e) is int:
+            self.per[sid] = Seqs(e, seq)
+        else:
+            e.arr.append(seq)  # type: ignore[union-attr]
         return sid
 
     def skip_to(self, seq: int) -> None:
         """``last`` becomes ``seq`` without a message."""
         if seq <= self.last:
             return
+        self.last = seq
         if self.msgs == 0:
-            self.last = seq
             self._reset(seq + 1)
-        else:
-            self._pad(seq)
 
     def remove(self, seq: int) -> int:
         """Remove one message; returns its accounted size, or -1 when there is none."""
         if seq < self.first or seq > self.last:
             return -1
-        i = seq - self.base
-        sid = self.sids[i]
-        if sid < 0:
+        found = self._find(seq)
+        if found is None:
             return -1
-        self.sids[i] = -1
-        if not self.file_mode:
-            self.objs[i] = None
-        size = self.sizes[i]
+        c, i = found
+        sid = c.sids[i]
+        c.sids[i] = -1
+        if c.objs is not None:
+            c.objs[i] = None
+        size = c.sizes[i]
         self.msgs -= 1
         self.bytes -= size
         self._subj_remove(sid, seq)
+        c.live -= 1
+        if c.live == 0:
+            self._drop_chunk(c)
+        else:
+            dead = len(c.sids) - c.live
+            if dead >= _MIN_REWRITE and dead * 2 >= len(c.sids):
+                c.rewrite()
         if self.msgs == 0:
             self._reset(self.last + 1)
         elif seq == self.first:
-            self._advance_first(seq + 1)
-        else:
-            d = self.dels
-            if not len(d) or d[-1] < seq:
-                d.append(seq)
-            else:
-                insort(d, seq, self.dels_head)
+            self.first = self._next_live_after(seq)
         return size
 
-    def _advance_first(self, start: int) -> None:
-        """First becomes the first live seq >= start (there is one: msgs > 0)."""
-        sids, base = self.sids, self.base
-        i = start - base
-        while sids[i] < 0:
-            i += 1
-        first = self.first = base + i
-        d, h = self.dels, self.dels_head
-        n = len(d)
-        if h < n and d[h] < first:
-            h = bisect_left(d, first, h)
-        if h > _TRIM_MIN and h * 2 > n:
-            del d[:h]
-            h = 0
-        self.dels_head = h
-        if i > _TRIM_MIN and i * 2 > len(sids):
-            for arr in (sids, self.tss, self.sizes, self.locs, self.rlens):
-                del arr[:i]
-            if not self.file_mode:
-                del self.objs[:i]
-            self.base = first
+    def _next_live_after(self, seq: int) -> int:
+        """The first live seq > seq (there is one: msgs > 0)."""
+        for c in self._chunks_from(seq + 1):
+            sids = c.sids
+            for i in range(c.lower(seq + 1), len(sids)):
+                if sids[i] >= 0:
+                    return c.seq_at(i)
+        raise AssertionError("index: no live message although msgs > 0")
 
     def compact(self, seq: int) -> int:
         """Remove every message below ``seq`` (past the end: the next store gets ``seq``).
@@ -355,24 +460,35 @@ class SeqIndex(Generic[T]):
             removed = self.msgs
             self.clear(max(self.last, seq - 1))
             return removed
-        sids, base = self.sids, self.base
         removed = 0
         nbytes = 0
-        for i in range(self.first - base, seq - base):
-            sid = sids[i]
-            if sid >= 0:
-                removed += 1
-                nbytes += self.sizes[i]
-                self._subj_remove(sid, base + i)
-                sids[i] = -1
-                if not self.file_mode:
-                    self.objs[i] = None
+        first = self.first
+        for c in list(self._chunks_from(first)):
+            if c.k << SHIFT >= seq:
+                break
+            sids, sizes = c.sids, c.sizes
+            end = c.lower(seq)
+            for i in range(c.lower(first), end):
+                sid = sids[i]
+                if sid >= 0:
+                    removed += 1
+                    nbytes += sizes[i]
+                    self._subj_remove(sid, c.seq_at(i))
+                    sids[i] = -1
+                    c.live -= 1
+                    if c.objs is not None:
+                        c.objs[i] = None
+            dead = len(sids) - c.live
+            if c.live == 0:
+                self._drop_chunk(c)
+            elif dead >= _MIN_REWRITE and dead * 2 >= len(sids):
+                c.rewrite()
         self.msgs -= removed
         self.bytes -= nbytes
         if self.msgs == 0:
             self._reset(self.last + 1)
         else:
-            self._advance_first(seq)
+            self.first = self._next_live_after(seq - 1)
         return removed
 
     def clear(self, last: int) -> None:
@@ -389,31 +505,99 @@ class SeqIndex(Generic[T]):
             members.clear()
         self._reset(self.last + 1)
 
-    # --- queries ---------------------------------------------------------------------------
+    def set_loc(self, seq: int, loc: int) -> None:
+        """File mode: the message's record moved (a block rewrite)."""
+        found = self._find(seq)
+        assert found is not None and found[0].locs is not None
+        found[0].locs[found[1]] = loc
+
+    # --- per-message queries ---------------------------------------------------------------
 
     def is_live(self, seq: int) -> bool:
-        return self.first <= seq <= self.last and self.sids[seq - self.base] >= 0
+        if seq < self.first or seq > self.last:
+            return False
+        c = self._chunks.get(seq >> SHIFT)
+        if c is None:
+            return False
+        i = c.index(seq)
+        return i >= 0 and c.sids[i] >= 0
+
+    def locate(self, seq: int) -> tuple[int, int, int] | None:
+        """File mode: (location, record length, subject id) of a live ``seq``."""
+        c = self._chunks.get(seq >> SHIFT)
+        if c is None or seq < self.first:
+            return None
+        offs = c.offs
+        if offs is None:
+            i = seq - c.base
+            if i < 0 or i >= len(c.sids):
+                return None
+        else:
+            off = seq & MASK
+            i = bisect_left(offs, off)
+            if i >= len(offs) or offs[i] != off:
+                return None
+        sid = c.sids[i]
+        if sid < 0:
+            return None
+        return c.locs[i], c.rlens[i], sid  # type: ignore[index]
+
+    def obj(self, seq: int) -> T | None:
+        """Memory mode: the object stored for a live ``seq``."""
+        found = self._find(seq)
+        if found is None or found[0].objs is None:
+            return None
+        return found[0].objs[found[1]]
+
+    def size(self, seq: int) -> int:
+        """The accounted size of a live ``seq``."""
+        found = self._find(seq)
+        assert found is not None
+        return found[0].sizes[found[1]]
+
+    def file_entry(self, seq: int) -> tuple[int, int, int]:
+        """File mode: (location, record length, timestamp) of a live ``seq``."""
+        found = self._find(seq)
+        assert found is not None
+        c, i = found
+        return c.locs[i], c.rlens[i], c.tss[i]  # type: ignore[index]
 
     def first_ts(self) -> int:
-        return self.tss[self.first - self.base] if self.msgs else 0
-
-    def deleted(self) -> list[int]:
-        return self.dels[self.dels_head :].tolist()
+        if not self.msgs:
+            return 0
+        found = self._find(self.first)
+        assert found is not None
+        return found[0].tss[found[1]]
 
     def num_deleted(self) -> int:
-        return len(self.dels) - self.dels_head
+        return self.last - self.first + 1 - self.msgs if self.msgs else 0
+
+    def deleted(self) -> list[int]:
+        """The sequences between first and last without a message."""
+        if not self.msgs:
+            return []
+        out: list[int] = []
+        expect = self.first
+        for seq, _c, _i in self.entries(self.first, self.last):
+            if seq > expect:
+                out.extend(range(expect, seq))
+            expect = seq + 1
+        out.extend(range(expect, self.last + 1))
+        return out
+
+    # --- scans -----------------------------------------------------------------------------
 
     def next_live(self, start: int) -> int:
         """First live seq >= start, 0 if none."""
         if start < self.first:
             start = self.first
-        last = self.last
-        if start > last:
+        if start > self.last:
             return 0
-        sids, base = self.sids, self.base
-        for i in range(start - base, last - base + 1):
-            if sids[i] >= 0:
-                return base + i
+        for c in self._chunks_from(start):
+            sids = c.sids
+            for i in range(c.lower(start), len(sids)):
+                if sids[i] >= 0:
+                    return c.seq_at(i)
         return 0
 
     def prev_live(self, upto: int) -> int:
@@ -422,10 +606,11 @@ class SeqIndex(Generic[T]):
             upto = self.last
         if upto < self.first:
             return 0
-        sids, base = self.sids, self.base
-        for i in range(upto - base, self.first - base - 1, -1):
-            if sids[i] >= 0:
-                return base + i
+        for c in self._chunks_down_from(upto):
+            sids = c.sids
+            for i in range(c.lower(upto + 1) - 1, -1, -1):
+                if sids[i] >= 0:
+                    return c.seq_at(i)
         return 0
 
     def next_seq(self, start: int, sel: Selection) -> int:
@@ -452,15 +637,18 @@ class SeqIndex(Generic[T]):
         return best
 
     def _walk_fwd(self, start: int, sel: Collection[int], budget: int) -> int:
-        """Walk at most ``budget`` slots: the seq found, 0 at the end, -1 out of budget."""
-        sids, base = self.sids, self.base
-        lo = start - base
-        hi = self.last - base + 1
-        end = min(hi, lo + budget)
-        for i in range(lo, end):
-            if sids[i] in sel:
-                return base + i
-        return 0 if end == hi else -1
+        """Look at most ``budget`` entries: the seq found, 0 at the end, -1 out of budget."""
+        for c in self._chunks_from(start):
+            sids = c.sids
+            lo = c.lower(start)
+            end = min(len(sids), lo + budget)
+            for i in range(lo, end):
+                if sids[i] in sel:
+                    return c.seq_at(i)
+            budget -= end - lo
+            if budget <= 0:
+                return -1
+        return 0
 
     def prev_seq(self, upto: int, sel: Selection) -> int:
         """Last seq <= upto whose subject is selected, 0 if none."""
@@ -472,14 +660,18 @@ class SeqIndex(Generic[T]):
             return 0
         n = len(sel)
         if n > _SMALL_SELECTION:
-            sids, base = self.sids, self.base
-            hi = upto - base
-            lo = self.first - base
-            end = max(lo - 1, hi - max(256, 32 * n))
-            for i in range(hi, end, -1):
-                if sids[i] in sel:
-                    return base + i
-            if end == lo - 1:
+            budget = max(256, 32 * n)
+            for c in self._chunks_down_from(upto):
+                sids = c.sids
+                hi = c.lower(upto + 1) - 1
+                end = max(-1, hi - budget)
+                for i in range(hi, end, -1):
+                    if sids[i] in sel:
+                        return c.seq_at(i)
+                budget -= hi - end
+                if budget <= 0:
+                    break
+            else:
                 return 0
         per = self.per
         best = 0
@@ -491,6 +683,22 @@ class SeqIndex(Generic[T]):
                 best = s
         return best
 
+    def _count_live_ge(self, start: int) -> int:
+        """Live messages with seq >= start (first < start <= last), from the nearer end."""
+        k = start >> SHIFT
+        keys, chunks = self._keys, self._chunks
+        j = bisect_left(keys, k)
+        c = chunks.get(k)
+        inside = 0
+        if c is not None:
+            sids = c.sids
+            inside = sum(1 for i in range(c.lower(start), len(sids)) if sids[i] >= 0)
+            j += 1  # the chunks after it
+        if len(keys) - j <= j:
+            return inside + sum(chunks[keys[m]].live for m in range(j, len(keys)))
+        below = sum(chunks[keys[m]].live for m in range(j - (1 if c is not None else 0)))
+        return self.msgs - below - ((c.live - inside) if c is not None else 0)
+
     def count(self, start: int, sel: Selection) -> int:
         """Messages with seq >= start whose subject is selected."""
         if start > self.last:
@@ -501,14 +709,15 @@ class SeqIndex(Generic[T]):
                 return self.msgs
             return sum(e_count(e) for sid in sel if (e := per[sid]) is not None)
         if sel is None:
-            d = self.dels
-            holes = len(d) - bisect_left(d, start, self.dels_head)
-            return self.last - start + 1 - holes
+            return self._count_live_ge(start)
         span = self.last - start + 1
         if len(sel) * 16 <= span:
             return sum(e_count_ge(e, start) for sid in sel if (e := per[sid]) is not None)
-        window = self.sids[start - self.base :]
-        return sum(1 for sid in window if sid in sel)
+        total = 0
+        for c in self._chunks_from(start):
+            sids = c.sids
+            total += sum(1 for i in range(c.lower(start), len(sids)) if sids[i] in sel)
+        return total
 
     def count_last_per_subject(self, start: int, sel: Selection) -> int:
         """Selected subjects whose last message has seq >= start."""
@@ -527,7 +736,6 @@ class SeqIndex(Generic[T]):
         hi = min(hi, self.last)
         if lo > hi:
             return []
-        sids, base = self.sids, self.base
         if sel is not None and len(sel) <= _SMALL_SELECTION:
             out: list[int] = []
             for sid in sel:
@@ -537,8 +745,8 @@ class SeqIndex(Generic[T]):
             out.sort()
             return out
         if sel is None:
-            return [base + i for i in range(lo - base, hi - base + 1) if sids[i] >= 0]
-        return [base + i for i in range(lo - base, hi - base + 1) if sids[i] in sel]
+            return [seq for seq, _c, _i in self.entries(lo, hi)]
+        return [seq for seq, c, i in self.entries(lo, hi) if c.sids[i] in sel]
 
     def subject_counts(self, sel: Selection) -> dict[str, int]:
         per, names = self.per, self.names
@@ -561,8 +769,26 @@ class SeqIndex(Generic[T]):
         """First live seq stored at or after ``ts`` (timestamps assumed non-decreasing)."""
         if not self.msgs:
             return self.last + 1
-        tss = self.tss
-        i = bisect_left(tss, ts, self.first - self.base, len(tss))
-        if i >= len(tss):
-            return self.last + 1
-        return self.next_live(self.base + i) or self.last + 1
+        keys, chunks = self._keys, self._chunks
+        for k in keys:
+            c = chunks[k]
+            tss = c.tss
+            if tss[-1] < ts:
+                continue
+            for i in range(bisect_left(tss, ts), len(tss)):
+                if c.sids[i] >= 0:
+                    return c.seq_at(i)
+        return self.last + 1
+
+    # --- introspection ---------------------------------------------------------------------
+
+    def nbytes(self) -> int:
+        """Bytes held by the per-message arrays and per-subject lists (no object headers)."""
+        total = sum(c.nbytes() for c in self._chunks.values())
+        for e in self.per:
+            if e is not None and not isinstance(e, int):
+                total += e.arr.itemsize * e.arr.buffer_info()[1]
+        return total
+
+    def num_chunks(self) -> int:
+        return len(self._chunks)

@@ -61,6 +61,10 @@ FLAGS_AT = 9
 
 DEL_PAIRS_PER_RECORD = 8192
 
+_pack_head = HEADER.pack
+_pack_crc = CRC.pack
+_crc32 = zlib.crc32
+
 
 class BadRecord(Exception):
     """A record that fails framing or checksum; ``truncated`` when it runs past the end."""
@@ -93,15 +97,14 @@ def append_msg(
         buf += CRC.pack(zlib.crc32(body, zlib.crc32(head)))
         return rec_len
     rec_len = OVERHEAD + plain
-    head = HEADER.pack(MAGIC, rec_len, KIND_MSG, 0, len(subject), seq, ts, hlen)
-    crc = zlib.crc32(subject, zlib.crc32(head))
-    buf += head
-    buf += subject
+    # One joined body and one checksum call: cheaper than checksumming the parts in turn.
     if headers:
-        crc = zlib.crc32(headers, crc)
-        buf += headers
-    buf += data
-    buf += CRC.pack(zlib.crc32(data, crc))
+        body = _pack_head(MAGIC, rec_len, KIND_MSG, 0, len(subject), seq, ts, hlen)
+        body += subject + headers + data
+    else:
+        body = _pack_head(MAGIC, rec_len, KIND_MSG, 0, len(subject), seq, ts, hlen) + subject + data
+    buf += body
+    buf += _pack_crc(_crc32(body))
     return rec_len
 
 

@@ -177,9 +177,8 @@ def _recount(ix: SeqIndex[StoredMsg], blocks: list[Block]) -> None:
     by_idx = {b.idx: b for b in blocks}
     for b in blocks:
         b.live = b.live_bytes = 0
-    sids, locs, rlens = ix.sids, ix.locs, ix.rlens
-    for i, sid in enumerate(sids):
-        if sid >= 0:
-            b = by_idx[locs[i] >> OFF_BITS]
-            b.live += 1
-            b.live_bytes += rlens[i]
+    for _seq, c, i in ix.entries(ix.first, ix.last):
+        assert c.locs is not None and c.rlens is not None
+        b = by_idx[c.locs[i] >> OFF_BITS]
+        b.live += 1
+        b.live_bytes += c.rlens[i]

@@ -8,9 +8,10 @@ Layout of a stream directory::
 Every file operation goes through the storage seam (``disk.StoreDisk``): the real file system
 in production, the crash-modelling ``MemDisk`` in the power-loss tests.
 
-Messages stay on disk; memory holds only the index (about 36 bytes per message: subject id,
-timestamp, size, location, record length, plus the per-subject sequence list) and reads are
-positioned reads with a read-ahead when access is sequential.
+Messages stay on disk; memory holds only the index (about 36 bytes per live message: subject
+id, timestamp, size, location, record length, plus the per-subject sequence list; nothing for
+deleted or skipped sequences, see ``_index``) and reads are positioned reads with a read-ahead
+when access is sequential.
 
 Durability: records go to a write buffer; ``flush()`` writes it to the OS, ``sync()`` writes
 and syncs it: one fsync covers everything stored, removed or purged since the previous sync
@@ -52,6 +53,7 @@ from jetraft.jetstream.store.cipher import CipherError, RecordCipher
 from jetraft.jetstream.store.disk import OS_DISK, AppendFile, OsDisk, StoreDisk, remove_dir
 from jetraft.jetstream.store.types import (
     Limits,
+    StoreClosed,
     StoreCorruption,
     StoredMsg,
     StoreError,
@@ -59,6 +61,13 @@ from jetraft.jetstream.store.types import (
 )
 
 DEFAULT_BLOCK_SIZE = 8 << 20
+_unpack_head = rec.HEADER.unpack_from
+_pack_head = rec.HEADER.pack
+_pack_crc = rec.CRC.pack
+_OVERHEAD = rec.OVERHEAD
+_unpack_crc = rec.CRC.unpack_from
+_crc32 = zlib.crc32
+_MAGIC, _KIND_MSG, _HDR_SIZE, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.HDR_SIZE, rec.NO_HDR
 FLUSH_BYTES = 1 << 20  # write the buffer to the OS once it holds this much
 READ_AHEAD = 128 << 10
 
@@ -171,7 +180,8 @@ class FileStore(BaseStore):
             self._last_covered = max(self._last_covered, ix.last)
 
     def _check(self) -> None:
-        super()._check()
+        if self._closed:
+            raise StoreClosed("stream store is closed")
         if self._failed is not None:
             raise StoreError(f"stream store {self._root} failed: {self._failed}")
 
@@ -197,7 +207,16 @@ class FileStore(BaseStore):
             self._rotate()
             active = self._active
             off = active.size + len(buf)
-        rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data, self._cipher)
+        if headers is None and self._cipher is None:
+            # rec.append_msg's most common case, inline (it runs once per published message).
+            bsubj = subject.encode()
+            rlen = _OVERHEAD + len(bsubj) + len(data)
+            body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+            body += bsubj + data
+            buf += body
+            buf += _pack_crc(_crc32(body))
+        else:
+            rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data, self._cipher)
         sid = self._ix.append(seq, subject, ts, size, (active.idx << OFF_BITS) | off, rlen, None)
         if not active.first_msg:
             active.first_msg = seq
@@ -210,12 +229,13 @@ class FileStore(BaseStore):
         return sid
 
     def _before_remove(self, seq: int) -> None:
-        ix = self._ix
-        i = seq - ix.base
-        b = self._blocks.get(ix.locs[i] >> OFF_BITS)
+        found = self._ix.locate(seq)
+        assert found is not None
+        loc, rlen, _sid = found
+        b = self._blocks.get(loc >> OFF_BITS)
         if b is not None:
             b.live -= 1
-            b.live_bytes -= ix.rlens[i]
+            b.live_bytes -= rlen
             b.settled = False
             self._volatile.add(b.idx)
         self._pending_dels.append(seq)
@@ -234,11 +254,11 @@ class FileStore(BaseStore):
         b.live = b.live_bytes = 0
         b.settled = False
         lo, hi = max(b.first_msg, ix.first), min(b.last_msg, ix.last)
-        sids, locs, rlens, base = ix.sids, ix.locs, ix.rlens, ix.base
-        for i in range(lo - base, hi - base + 1):
-            if sids[i] >= 0 and locs[i] >> OFF_BITS == b.idx:
+        for _seq, c, i in ix.entries(lo, hi):
+            assert c.locs is not None and c.rlens is not None
+            if c.locs[i] >> OFF_BITS == b.idx:
                 b.live += 1
-                b.live_bytes += rlens[i]
+                b.live_bytes += c.rlens[i]
 
     def _emit_controls(self) -> None:
         """Append the DEL / FLOOR / SKIP records that describe removals since the last write."""
@@ -399,8 +419,7 @@ class FileStore(BaseStore):
         ix = self._ix
         if not ix.is_live(seq):
             return False
-        i = seq - ix.base
-        loc, rlen, ts = ix.locs[i], ix.rlens[i], ix.tss[i]
+        loc, rlen, ts = ix.file_entry(seq)
         block = self._blocks[loc >> OFF_BITS]
         self._remove(seq)
         block.erasing += 1
@@ -492,7 +511,7 @@ class FileStore(BaseStore):
         self._replace_block(b, r.out)
         ix = self._ix
         for seq, new_off, _ in r.moved:
-            ix.locs[seq - ix.base] = (b.idx << OFF_BITS) | new_off
+            ix.set_loc(seq, (b.idx << OFF_BITS) | new_off)
         b.size = len(r.out)
         b.first_msg = r.present[0] if r.present else 0
         b.last_msg = r.present[-1] if r.present else 0
@@ -546,49 +565,59 @@ class FileStore(BaseStore):
         self._rcache = (bidx, off, data)
         return memoryview(data)[:rlen]
 
-    def _record(self, seq: int) -> tuple[bytes | memoryview, int, int, int]:
-        """The verified MSG record of live ``seq``: (record, ts, subject len, header len)."""
-        ix = self._ix
-        i = seq - ix.base
-        loc = ix.locs[i]
-        rlen = ix.rlens[i]
+    def _record(
+        self, seq: int, loc: int, rlen: int
+    ) -> tuple[bytes | memoryview, int, int, int]:
+        """The verified MSG record of live ``seq`` at ``loc``: (record, ts, subject len,
+        header len)."""
         bidx, off = loc >> OFF_BITS, loc & OFF_MASK
         raw = self._fetch(bidx, off, rlen)
-        magic, rec_len, kind, _, slen, rseq, ts, hlen = rec.HEADER.unpack_from(raw, 0)
-        (want,) = rec.CRC.unpack_from(raw, rlen - 4)
+        magic, rec_len, kind, _, slen, rseq, ts, hlen = _unpack_head(raw, 0)
         if (
-            magic != rec.MAGIC
+            magic != _MAGIC
             or rec_len != rlen
-            or kind != rec.KIND_MSG
+            or kind != _KIND_MSG
             or rseq != seq
-            or zlib.crc32(raw[: rlen - 4]) != want
+            or _crc32(raw[: rlen - 4]) != _unpack_crc(raw, rlen - 4)[0]
         ):
             raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
         return raw, ts, slen, hlen
 
+    def load(self, seq: int) -> StoredMsg | None:
+        # The consumers' hot path: one index lookup, no separate liveness check.
+        if self._closed or self._failed is not None:
+            self._check()
+        found = self._ix.locate(seq)
+        return None if found is None else self._read_at(seq, *found)
+
     def _read(self, seq: int) -> StoredMsg:
-        raw, ts, slen, hlen = self._record(seq)
-        ix = self._ix
-        i = seq - ix.base
-        name = ix.names[ix.sids[i]]
+        found = self._ix.locate(seq)
+        assert found is not None
+        return self._read_at(seq, *found)
+
+    def _read_at(self, seq: int, loc: int, rlen: int, sid: int) -> StoredMsg:
+        raw, ts, slen, hlen = self._record(seq, loc, rlen)
+        name = self._ix.names[sid]
         assert name is not None
         if self._cipher is not None:
             try:
                 body = rec.plain_body(raw, 0, len(raw), self._cipher)
             except CipherError as e:
-                path = self._blocks[ix.locs[i] >> OFF_BITS].path
-                raise StoreCorruption(path, ix.locs[i] & OFF_MASK, str(e)) from None
+                path = self._blocks[loc >> OFF_BITS].path
+                raise StoreCorruption(path, loc & OFF_MASK, str(e)) from None
             _, hdrs, data = rec.msg_fields(body, slen, hlen)
             return StoredMsg(seq, name, hdrs, data, ts)
-        p = rec.HDR_SIZE + slen
+        p = _HDR_SIZE + slen
         headers: bytes | None = None
-        if hlen != rec.NO_HDR:
+        if hlen != _NO_HDR:
             headers = bytes(raw[p : p + hlen]) or None
             p += hlen
-        return StoredMsg(seq, name, headers, bytes(raw[p : len(raw) - 4]), ts)
+        return StoredMsg(seq, name, headers, bytes(raw[p : rlen - 4]), ts)
 
     def _raw_record(self, seq: int) -> bytes:
-        raw = self._record(seq)[0]
+        found = self._ix.locate(seq)
+        assert found is not None
+        raw = self._record(seq, found[0], found[1])[0]
         if self._cipher is None:
             return bytes(raw)
         try:
@@ -671,11 +700,10 @@ class FileStore(BaseStore):
         return self._disk
 
     def index_bytes(self) -> int:
-        """Bytes held by the per-message index arrays (not counting Python object headers)."""
-        ix = self._ix
-        arrays = (ix.sids, ix.tss, ix.sizes, ix.locs, ix.rlens, ix.dels)
-        total = sum(a.itemsize * a.buffer_info()[1] for a in arrays)
-        for e in ix.per:
-            if e is not None and not isinstance(e, int):
-                total += e.arr.itemsize * e.arr.buffer_info()[1]
+        """Bytes held by the index arrays (per message, per subject, and the lists of records
+        kept by rewritten blocks), not counting Python object headers."""
+        total = self._ix.nbytes()
+        for b in self._blocks.values():
+            if b.present is not None:
+                total += b.present.itemsize * b.present.buffer_info()[1]
         return total

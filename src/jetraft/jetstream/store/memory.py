@@ -27,7 +27,7 @@ class MemoryStore(BaseStore):
         return self._ix.append(seq, subject, ts, size, 0, 0, msg)
 
     def _read(self, seq: int) -> StoredMsg:
-        msg = self._ix.objs[seq - self._ix.base]
+        msg = self._ix.obj(seq)
         assert msg is not None
         return msg
 

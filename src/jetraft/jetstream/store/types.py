@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import msgspec
+
 # discard=new refusals, the exact texts nats-server returns (error 10077 at the API).
 ERR_MAX_MSGS = "maximum messages exceeded"
 ERR_MAX_BYTES = "maximum bytes exceeded"
@@ -66,8 +68,10 @@ def memory_msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
     return 16 + len(subject) + (len(headers) if headers else 0) + len(data)
 
 
-@dataclass(frozen=True, slots=True)
-class StoredMsg:
+class StoredMsg(msgspec.Struct, frozen=True):
+    """One stored message (a Struct: one is made per read, and building a frozen dataclass
+    costs several times as much)."""
+
     seq: int
     subject: str
     headers: bytes | None  # the raw "NATS/1.0\r\n...\r\n\r\n" block, None when absent
@@ -172,6 +176,11 @@ class StreamStore(Protocol):
     def subjects_state(self, filters: Filters = None) -> dict[str, int]: ...
 
     def bounds(self) -> tuple[int, int]: ...
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence stored or skipped (0 when none): ``bounds()[1]``, cheaper."""
+        ...
 
     def fingerprint(self) -> tuple[int, int, int]: ...
 

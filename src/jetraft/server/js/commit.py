@@ -195,6 +195,10 @@ class CommitQueue:
         self._scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Future[None] | None = None
+        # Set by the worker thread when the running job returned (with its outcome): the
+        # loop may notice it at the next change, before the thread's call back gets a turn.
+        self._job_ended = False
+        self._job_exc: BaseException | None = None
         self._closed = False
         self.commits = 0  # finished commits that ran a job (tests, monitoring)
 
@@ -212,6 +216,10 @@ class CommitQueue:
         """Something changed; the request being handled (if any) waits for its commit."""
         if self._closed:
             return
+        if self._job_ended:
+            # The running commit finished while the loop was busy taking changes in: start
+            # the next one now rather than after the rest of this loop turn.
+            self._collect_job()
         self._dirty = True
         if _current.get() is not None:
             join_request(self)
@@ -311,33 +319,63 @@ class CommitQueue:
                 self._schedule()
             return False
         self._inflight, self._inflight_carry = done, later
-        fut = self._loop.run_in_executor(self._executor, prepared.job)
+        fut: asyncio.Future[None] = self._loop.create_future()
         self._running = fut
-        fut.add_done_callback(self._finished)
+        self._executor.submit(self._run_job, prepared.job, fut)
         return True
 
-    def _finished(self, fut: asyncio.Future[None]) -> None:
+    def _run_job(self, job: Job, fut: asyncio.Future[None]) -> None:
+        """In a worker thread: the blocking half, then straight back to the loop (one
+        hand-over, not the two of ``run_in_executor`` and a done callback)."""
+        exc: BaseException | None = None
+        try:
+            job()
+        except BaseException as e:  # reported to the waiters, never lost
+            exc = e
+        self._job_exc = exc
+        self._job_ended = True  # after _job_exc: the loop reads them in the other order
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody is left to tell
+            self._loop.call_soon_threadsafe(self._job_done, fut)
+
+    def _job_done(self, fut: asyncio.Future[None]) -> None:
+        if self._running is fut and self._job_ended:  # else touch() collected it already
+            self._collect_job()
+
+    def _collect_job(self) -> None:
+        fut, exc = self._running, self._job_exc
+        self._job_ended, self._job_exc = False, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)  # drain/abandon only wait for the end; the error goes below
+        self._finished(exc)
+
+    def _finished(self, exc: BaseException | None) -> None:
         self._running = None
-        exc = _outcome(fut)
         inflight, later = self._inflight, self._inflight_carry
         self._inflight, self._inflight_carry = [], []
+        failed: list[Callback] = []
         if exc is not None:
             log.error("%s: commit failed: %s", self.name, exc)
-            self._fire(inflight + later, exc)
+            failed, inflight = inflight + later, []
             self._again = False
         else:
             self.commits += 1
-            self._fire(inflight, None)
             self._carry = later + self._carry
+        if not self._closed:
+            if self._waiting or self._carry or self._again or self._sync_wanted:
+                if self._write is None:
+                    # Start the next round before answering this one: the fsync of what
+                    # arrived meanwhile runs while the answers are built and sent.
+                    self._start_commit()
+                else:
+                    self._schedule()
+            elif self._dirty:
+                self._commit_later()
+        self._fire(failed, exc)
+        self._fire(inflight, None)
         if self._closed:
             rest = self._carry + self._waiting
             self._carry, self._waiting = [], []
             self._fire(rest, CommitClosed(f"{self.name} is closed"))
-            return
-        if self._waiting or self._carry or self._again or self._sync_wanted:
-            self._schedule()
-        elif self._dirty:
-            self._commit_later()
 
     @staticmethod
     def _fire(callbacks: list[Callback], exc: BaseException | None) -> None:

@@ -44,7 +44,6 @@ from jetraft.server.js.commit import CommitQueue, Durable, Prepared, collect
 from jetraft.server.js.consumer_env import (
     ConsumerOwner,
     Replicator,
-    deliver_as,
     has_interest,
     headers_only,
     write_state,
@@ -65,6 +64,11 @@ _FC_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 def now_ns() -> int:
     return time.time_ns()
+
+
+def _first_wait_ns(cfg: ConsumerConfig) -> int:
+    """How long after a first delivery its ack is due."""
+    return min(cfg.backoff) if cfg.backoff else cfg.ack_wait
 
 
 def _ascii_digits(text: str) -> bool:
@@ -104,6 +108,9 @@ class ConsumerRuntime:
         self._replay_due_ns = 0
         self._replay_upto = owner.source().bounds()[1]
         self.replicator = replicator
+        self._route = self.env.router.route_message  # deliveries: see consumer_env.deliver_as
+        self._account = self.env.account
+        self._first_wait_ns = _first_wait_ns(core.cfg)
         # One server: the state file's commit queue (None when the state is not persisted).
         self.queue: CommitQueue | None = None
         if replicator is None and owner.persistent and not core.cfg.mem_storage:
@@ -195,6 +202,7 @@ class ConsumerRuntime:
     def update_config(self, cfg: ConsumerConfig) -> None:
         old = self.core.cfg
         self.core.update_config(cfg)
+        self._first_wait_ns = _first_wait_ns(cfg)
         if self._pause_timer is not None:
             self._pause_timer.cancel()
             self._pause_timer = None
@@ -266,18 +274,22 @@ class ConsumerRuntime:
             return
         core.num_pending(src)  # refresh the running count once per turn
         sent = 0
-        while sent < RUN_BUDGET and self._can_send():
+        pull = not self.cfg.is_push
+        reqs = self.waitq.reqs
+        replay = self.cfg.replay_policy == "original"
+        while sent < RUN_BUDGET and (reqs if pull else self._can_send()):
             step = core.next_step(src)
             if step is None:
                 break
             if not isinstance(step, Candidate):
                 self.propose(step)
                 continue
-            if self._replay_wait(step, now):
+            if replay and self._replay_wait(step, now):
                 return
             if not self._deliver(step, now):
                 break
             sent += 1
+            reqs = self.waitq.reqs  # take() may replace the list
         if sent >= RUN_BUDGET:
             self.kick()
             return
@@ -315,26 +327,30 @@ class ConsumerRuntime:
         core, msg = self.core, cand.msg
         cfg = core.cfg
         dseq = core.dseq
-        reply = core.ack_reply(msg.seq, dseq, cand.dc, msg.ts_ns, max(core.npc, 0))
+        sseq = msg.seq
+        reply = core.ack_reply(sseq, dseq, cand.dc, msg.ts_ns, core.npc if core.npc > 0 else 0)
         hdr, data = msg.hdr, msg.data
         if cfg.headers_only:
             hdr, data = headers_only(hdr, data), b""
-        size = len(msg.subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
+        subject = msg.subject
+        size = len(subject) + len(reply) + (len(hdr) if hdr else 0) + len(data)
         wr: WaitingRequest | None = None
         push = bool(cfg.deliver_subject)
         if push:
             dsubj = cfg.deliver_subject
         else:
             wr, statuses = self.waitq.take(size, now, self._interest_in_run)
-            for st in statuses:
-                self._send_status(st)
+            if statuses:
+                for st in statuses:
+                    self._send_status(st)
             if wr is None:
                 core.requeue(cand)
                 return False
             dsubj = wr.reply
-        self.propose(Delivered(dseq, msg.seq, cand.dc, now))
-        self._arm_ack_timer(now)
-        n = deliver_as(self.env, dsubj, msg.subject, reply, hdr, data)
+        self.propose(Delivered(dseq, sseq, cand.dc, now))
+        if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
+            self._arm_ack_timer(now)
+        n = self._route(None, self._account, subject, reply, hdr, data, dsubj)
         self.last_sent_ns = now
         self.last_activity_ns = now
         if push:
@@ -652,7 +668,7 @@ class ConsumerRuntime:
         if not due:
             if not self.core.state.pending and not self.core.inflight:
                 return
-            due = now + (min(self.cfg.backoff) if self.cfg.backoff else self.cfg.ack_wait)
+            due = now + _first_wait_ns(self.cfg)
         if self._ack_timer is not None:
             if self._ack_due_ns <= due:
                 return

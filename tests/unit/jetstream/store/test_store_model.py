@@ -25,6 +25,7 @@ from jetraft.jetstream.store import (
     Limits,
     MemoryStore,
     StoreState,
+    _index,
     file_msg_size,
 )
 from jetraft.jetstream.store._base import BaseStore
@@ -355,3 +356,24 @@ StoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 TestStoreModel = StoreMachine.TestCase
+
+
+class TinyChunkMachine(StoreMachine):
+    """The same rules with index chunks of 4 sequences that are rewritten after 2
+    tombstones: chunk boundaries, dropped chunks, sparse chunks and rewrites happen all
+    the time."""
+
+    def __init__(self) -> None:
+        self._saved = (_index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE)
+        _index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE = 2, 3, 4, 2
+        super().__init__()
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            _index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE = self._saved
+
+
+TinyChunkMachine.TestCase.settings = StoreMachine.TestCase.settings
+TestStoreModelTinyChunks = TinyChunkMachine.TestCase
