@@ -4,13 +4,15 @@
 (one method per operation); the encoders build what the server writes back. Nothing here
 touches a socket or a clock, so tests drive it with plain bytes.
 
-The handler interface keeps the publish path free of per-message objects; ``EventCollector``
-turns the calls into NamedTuple events for tests and tools.
+The handler interface keeps the publish path free of per-message objects: the publishes of one
+read arrive together (``Handler.on_pubs``) as their parsed control lines and bodies, in order,
+so the server routes a whole buffer per call. ``EventCollector`` turns the calls into
+NamedTuple events for tests and tools.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
@@ -66,17 +68,37 @@ PING = Ping()
 PONG = Pong()
 
 
+# A parsed PUB/HPUB control line: (subject, reply, total size, header size or -1, tail).
+# ``tail`` is what follows the sid in the MSG/HMSG line the server writes for it
+# (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple per distinct control line,
+# so consecutive publishes with the same line carry the very same object, and lines with the
+# same subject (reply) share the same str object.
+PubLine = tuple[str, str | None, int, int, bytes]
+
+# What ``on_pubs`` receives: [line, body, line, body, ...]. A body is the header block and the
+# payload together (``split_body`` separates them).
+PubBatch = list[Any]
+
+
+def split_body(line: PubLine, body: bytes) -> tuple[bytes | None, bytes]:
+    """(header block or None, payload) of one publish in a batch."""
+    hdr_len = line[3]
+    if hdr_len < 0:
+        return None, body
+    return body[:hdr_len], body[hdr_len:]
+
+
 class Handler(Protocol):
     """What the parser calls for each operation, in order.
 
+    Publishes come in batches: every publish the parser found before the next other operation
+    (or the end of the input) in one ``on_pubs`` call, in the order they were sent.
     ``on_connect`` may return True to pause the parser (authentication continues elsewhere);
     the rest of the input stays buffered until ``ClientParser.resume()``.
     """
 
     def on_connect(self, options: dict[str, Any]) -> bool: ...
-    def on_pub(
-        self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes
-    ) -> None: ...
+    def on_pubs(self, batch: PubBatch) -> None: ...
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
     def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
     def on_ping(self) -> None: ...
@@ -93,8 +115,11 @@ class EventCollector:
         self.events.append(Connect(options))
         return False
 
-    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
-        self.events.append(Pub(subject, reply, hdr, payload))
+    def on_pubs(self, batch: PubBatch) -> None:
+        for i in range(0, len(batch), 2):
+            line: PubLine = batch[i]
+            hdr, payload = split_body(line, batch[i + 1])
+            self.events.append(Pub(line[0], line[1], hdr, payload))
 
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
         self.events.append(Sub(subject, queue, sid))
@@ -120,8 +145,8 @@ def _size(tok: bytes) -> int:
     return int(tok)
 
 
-def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int, int]:
-    """(subject, reply, total size, header size or -1) from the arguments of PUB/HPUB."""
+def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
+    """The parsed arguments of PUB/HPUB (see ``PubLine``)."""
     args = args_raw.split()
     hdr_len = -1
     try:
@@ -150,14 +175,19 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int
         # "HPUB subj 0 n" carries no header block: nats-server delivers it as a plain MSG, and
         # an HMSG with an empty block would not parse in clients (no NATS/1.0 line).
         hdr_len = -1
-    return subject, reply_s, total, hdr_len
+    tail = b" " + reply + b" " if reply is not None else b" "
+    if hdr_len >= 0:
+        tail += b"%d " % hdr_len
+    tail += b"%d\r\n" % total
+    return subject, reply_s, total, hdr_len, tail
 
 
 class ClientParser:
     """Incremental parser for what a client sends to the server.
 
     Publishing clients repeat the same few control lines (``PUB subject reply size``), so their
-    parsed form is cached by the raw line: the hot path is a find, a dict hit and two slices.
+    parsed form is cached by the raw line: the hot path is a find, a dict hit, two slices and
+    two appends to the batch handed to ``Handler.on_pubs``.
     """
 
     __slots__ = (
@@ -165,8 +195,10 @@ class ClientParser:
         "_chunks",
         "_chunks_len",
         "_handler",
+        "_headers_ok",
         "_max_control",
         "_max_payload",
+        "_names",
         "_need",
         "_paused",
         "_pending",
@@ -184,16 +216,26 @@ class ClientParser:
         self._max_payload = max_payload
         self._buf = b""
         # A publish whose body has not fully arrived, and how many bytes the chunks must reach.
-        self._pending: tuple[str, str | None, int, int] | None = None
+        self._pending: PubLine | None = None
         self._need = 0
         self._chunks: list[bytes] = []
         self._chunks_len = 0
         self._paused = False
-        self._pub_cache: dict[bytes, tuple[str, str | None, int, int]] = {}
+        self._headers_ok = True
+        self._pub_cache: dict[bytes, PubLine] = {}
+        # One str object per subject or reply among the cached lines: publishes on one subject
+        # with different sizes then share it, and the router can compare them by identity.
+        self._names: dict[str, str] = {}
 
     @property
     def paused(self) -> bool:
         return self._paused
+
+    def refuse_headers(self) -> None:
+        """From now on HPUB is a protocol violation (the client's CONNECT said no headers)."""
+        self._headers_ok = False
+        self._pub_cache.clear()  # cached HPUB lines must be parsed (and refused) again
+        self._names.clear()
 
     def resume(self) -> None:
         """Continue after ``on_connect`` paused: parse what was buffered meanwhile."""
@@ -201,7 +243,8 @@ class ClientParser:
         self.feed(b"")
 
     def feed(self, data: bytes) -> None:
-        """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation."""
+        """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation
+        (after handing over the publishes that came before it)."""
         if self._paused:
             self._buf += data
             return
@@ -213,7 +256,7 @@ class ClientParser:
             data = b"".join(self._chunks)
             self._chunks.clear()
             self._chunks_len = 0
-            pos = self._finish_body(data, 0)
+            pos = self._finish_body(data)
         else:
             if self._buf:
                 data = self._buf + data
@@ -223,67 +266,92 @@ class ClientParser:
         handler = self._handler
         cache = self._pub_cache
         max_control = self._max_control
+        batch: PubBatch = []
+        append = batch.append
         while pos < n:
             eol = data.find(b"\n", pos)
             if eol < 0:
                 if n - pos > max_control:
-                    raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                    self._fail(batch, ERR_MAX_CONTROL_LINE)
                 self._buf = data[pos:]
-                return
+                break
             if eol - pos > max_control:
-                raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                self._fail(batch, ERR_MAX_CONTROL_LINE)
             end = eol - 1 if eol > pos and data[eol - 1] == 13 else eol
             line = data[pos:end]
             pos = eol + 1
             parsed = cache.get(line)
             if parsed is None:
                 op = line[:4].upper()
-                if op == b"PUB " or op == b"PUB\t":
-                    parsed = _pub_args(line[4:], False)
-                elif op == b"HPUB" and line[4:5] in (b" ", b"\t"):
-                    parsed = _pub_args(line[5:], True)
+                if op == b"PUB " or op == b"PUB\t" or (
+                    op == b"HPUB" and line[4:5] in (b" ", b"\t")
+                ):
+                    try:
+                        parsed = self._parse_pub(line, op == b"HPUB")
+                    except ProtocolError as exc:
+                        self._fail(batch, exc.text)
                 else:
+                    if batch:
+                        handler.on_pubs(batch)
+                        batch = []
+                        append = batch.append
                     if self._other(line, op):
                         self._paused = True
                         self._buf = data[pos:]
                         return
                     continue
-                if parsed[2] > self._max_payload:
-                    raise ProtocolError(ERR_MAX_PAYLOAD)
-                if len(cache) >= _PUB_CACHE_MAX:
-                    cache.clear()
-                cache[line] = parsed
             # A publish: its body follows the control line.
-            subject, reply, total, hdr_len = parsed
-            body_end = pos + total
+            body_end = pos + parsed[2]
             if n < body_end + 2:
                 self._pending = parsed
-                self._need = total + 2
+                self._need = parsed[2] + 2
                 rest = data[pos:]
                 self._chunks = [rest]
                 self._chunks_len = len(rest)
-                return
+                break
             if data[body_end] != 13 or data[body_end + 1] != 10:
-                raise ProtocolError(ERR_UNKNOWN_OP)
-            if hdr_len < 0:
-                handler.on_pub(subject, reply, None, data[pos:body_end])
-            else:
-                hdr_end = pos + hdr_len
-                handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:body_end])
+                self._fail(batch, ERR_UNKNOWN_OP)
+            append(parsed)
+            append(data[pos:body_end])
             pos = body_end + 2
+        if batch:
+            handler.on_pubs(batch)
 
-    def _finish_body(self, data: bytes, pos: int) -> int:
+    def _fail(self, batch: PubBatch, text: str) -> NoReturn:
+        """Hand over the publishes parsed before a violation, then report it."""
+        if batch:
+            self._handler.on_pubs(batch)
+        raise ProtocolError(text)
+
+    def _parse_pub(self, line: bytes, with_headers: bool) -> PubLine:
+        if with_headers:
+            if not self._headers_ok:
+                raise ProtocolError(ERR_UNKNOWN_OP)
+            parsed = _pub_args(line[5:], True)
+        else:
+            parsed = _pub_args(line[4:], False)
+        if parsed[2] > self._max_payload:
+            raise ProtocolError(ERR_MAX_PAYLOAD)
+        cache = self._pub_cache
+        names = self._names
+        if len(cache) >= _PUB_CACHE_MAX:
+            cache.clear()
+            names.clear()
+        subject, reply, total, hdr_len, tail = parsed
+        subject = names.setdefault(subject, subject)
+        if reply is not None:
+            reply = names.setdefault(reply, reply)
+        parsed = cache[line] = (subject, reply, total, hdr_len, tail)
+        return parsed
+
+    def _finish_body(self, data: bytes) -> int:
         assert self._pending is not None
-        subject, reply, total, hdr_len = self._pending
-        end = pos + total
+        parsed = self._pending
+        end = parsed[2]
         if data[end : end + 2] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
-        if hdr_len >= 0:
-            hdr_end = pos + hdr_len
-            self._handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:end])
-        else:
-            self._handler.on_pub(subject, reply, None, data[pos:end])
+        self._handler.on_pubs([parsed, data[:end]])
         return end + 2
 
     def _other(self, line: bytes, op4: bytes) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from jetraft.protocol import route as rp
+from jetraft.protocol.client import PubLine
 from jetraft.server.core.accounts import Account, Subscription
 
 log = logging.getLogger("jetraft.route")
@@ -258,6 +259,15 @@ class RouteConnection(asyncio.Protocol):
     ) -> bool:
         # The router forwards to routes itself (``forward``), once per route.
         return False
+
+    def deliver_run(
+        self,
+        sub: Subscription,
+        line: PubLine,
+        bodies: list[bytes],
+        lines: list[PubLine] | None,
+    ) -> int:
+        return 0  # as ``deliver``: the router forwards to routes itself
 
     def forward(
         self,

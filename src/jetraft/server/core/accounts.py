@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from jetraft.protocol.client import PubLine
 from jetraft.server.core.sublist import SubList
 
 GLOBAL_ACCOUNT = "$G"
@@ -32,9 +33,31 @@ class Subscriber(Protocol):
         """Write one message for ``sub``; False when it was filtered out (not delivered)."""
         ...
 
+    def deliver_run(
+        self,
+        sub: Subscription,
+        line: PubLine,
+        bodies: list[bytes],
+        lines: list[PubLine] | None,
+    ) -> int:
+        """Write consecutive publishes of one client on one subject (and reply), in order;
+        returns how many were delivered (always the first ones). ``lines`` holds each body's
+        control line, or is None when all share ``line``."""
+        ...
+
 
 class Subscription:
-    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "subject", "weight")
+    __slots__ = (
+        "conn",
+        "delivered",
+        "head",
+        "head_subject",
+        "max_msgs",
+        "queue",
+        "sid",
+        "subject",
+        "weight",
+    )
 
     def __init__(self, conn: Subscriber, subject: str, queue: str | None, sid: str) -> None:
         self.conn = conn
@@ -44,6 +67,9 @@ class Subscription:
         self.delivered = 0
         self.max_msgs = 0  # 0: no auto-unsubscribe
         self.weight = 1  # queue members a route subscription stands for
+        # The owner's cache of b"MSG <subject> <sid>" for the last subject delivered.
+        self.head_subject = ""
+        self.head = b""
 
 
 @dataclass(slots=True)

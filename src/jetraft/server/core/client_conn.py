@@ -103,6 +103,7 @@ class ClientConnection(asyncio.Protocol):
         self._max_pending = opts.max_pending
         self._call_soon = server.loop.call_soon
         self._route = server.router.route_message
+        self._route_pubs = server.router.route_pubs
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self._flush_scheduled = False
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
@@ -216,13 +217,21 @@ class ClientConnection(asyncio.Protocol):
     def on_connect(self, options: dict[str, Any]) -> bool:
         return self._connect(options)
 
+    def on_pubs(self, batch: proto.PubBatch) -> None:
+        if self._plain:
+            # The common case: an authenticated client with no permissions, pedantic or verbose
+            # (HPUB without headers support is refused by the parser): the whole read at once.
+            self.in_msgs += len(batch) >> 1
+            self.in_bytes += self._route_pubs(self, self.account, batch)
+            return
+        for i in range(0, len(batch), 2):
+            line: proto.PubLine = batch[i]
+            hdr, payload = proto.split_body(line, batch[i + 1])
+            self.on_pub(line[0], line[1], hdr, payload)
+
     def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(payload) if hdr is None else len(payload) + len(hdr)
-        if self._plain and hdr is None:
-            # The common case: an authenticated client with no permissions, pedantic or verbose.
-            self._route(self, self.account, subject, reply, None, payload)
-            return
         if self.closed:
             return
         if not self.connected:
@@ -259,6 +268,8 @@ class ClientConnection(asyncio.Protocol):
         self.no_responders = bool(o.get("no_responders", False))
         if self.no_responders and not self.headers:
             raise proto.ProtocolError("no responders requires headers support")
+        if not self.headers:
+            self.parser.refuse_headers()
         self.name = str(o.get("name", ""))
         self.lang = str(o.get("lang", ""))
         self.version = str(o.get("version", ""))
@@ -423,6 +434,80 @@ class ClientConnection(asyncio.Protocol):
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self.remove_sub(sub)
         return True
+
+    def deliver_run(
+        self,
+        sub: Subscription,
+        line: proto.PubLine,
+        bodies: list[bytes],
+        lines: list[proto.PubLine] | None,
+    ) -> int:
+        """Write a run of publishes on one subject for ``sub`` (see ``Subscriber``); one piece
+        when they share the control line. This runs once per subscriber per run: keep it
+        flat."""
+        if self.closed:
+            return 0
+        if self.perms is not None or (
+            not self.headers
+            and (line[3] >= 0 if lines is None else any(ln[3] >= 0 for ln in lines))
+        ):
+            return self._deliver_each(sub, line, bodies, lines)
+        k = len(bodies)
+        if sub.max_msgs and k > sub.max_msgs - sub.delivered:
+            k = max(sub.max_msgs - sub.delivered, 0)
+            if not k:
+                return 0
+            bodies = bodies[:k]
+            if lines is not None:
+                lines = lines[:k]
+        subject = line[0]
+        if sub.head_subject != subject:
+            sub.head_subject = subject
+            sub.head = f"MSG {subject} {sub.sid}".encode()
+        out = self._out
+        if not out and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._call_soon(self.flush)
+        if lines is None:
+            head = (sub.head if line[3] < 0 else b"H" + sub.head) + line[4]
+            out.append(head)
+            out.append(bodies[0] if k == 1 else (b"\r\n" + head).join(bodies))
+            out.append(b"\r\n")
+            size = line[2] * k
+        else:
+            head = sub.head
+            size = 0
+            for ln, body in zip(lines, bodies, strict=True):
+                out.append((head if ln[3] < 0 else b"H" + head) + ln[4])
+                out.append(body)
+                out.append(b"\r\n")
+                size += ln[2]
+        self._out_bytes += size
+        self.out_msgs += k
+        self.out_bytes += size
+        if self._out_bytes > _FLUSH_BYTES:
+            self.flush()
+        sub.delivered += k
+        if sub.max_msgs and sub.delivered >= sub.max_msgs:
+            self.remove_sub(sub)
+        return k
+
+    def _deliver_each(
+        self,
+        sub: Subscription,
+        line: proto.PubLine,
+        bodies: list[bytes],
+        lines: list[proto.PubLine] | None,
+    ) -> int:
+        delivered = 0
+        for i, body in enumerate(bodies):
+            hdr, data = proto.split_body(lines[i] if lines is not None else line, body)
+            if not self.deliver(sub, line[0], line[1], hdr, data):
+                continue
+            delivered += 1
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                break  # auto-unsubscribed: the rest is not for this subscription
+        return delivered
 
     def _deliver_permitted(self, sub: Subscription, subject: str, reply: str | None) -> bool:
         perms = self.perms

@@ -9,6 +9,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from jetraft.protocol.client import PubLine, split_body
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.router import Router
 
@@ -105,3 +106,17 @@ class InternalClient:
             # A bug in one component must not take down the publisher's connection.
             log.exception("internal handler %s failed on %s", self.name, subject)
         return True
+
+    def deliver_run(
+        self,
+        sub: Subscription,
+        line: PubLine,
+        bodies: list[bytes],
+        lines: list[PubLine] | None,
+    ) -> int:
+        delivered = 0
+        for i, body in enumerate(bodies):
+            hdr, data = split_body(lines[i] if lines is not None else line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                delivered += 1
+        return delivered

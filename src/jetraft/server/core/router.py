@@ -19,12 +19,17 @@ from collections.abc import Sequence
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
+from jetraft.protocol.client import PubBatch, PubLine, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
+from jetraft.server.core.sublist import Match
 
 
 class Publisher(Protocol):
     """The sending side of a message: a client connection (None for server components)."""
+
+    @property
+    def closed(self) -> bool: ...
 
     @property
     def echo(self) -> bool: ...
@@ -132,6 +137,100 @@ class Router:
         elif reply and sender is not None and sender.no_responders:
             self._no_responders(sender, subject, reply)
         return delivered
+
+    def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
+        """Route the publishes of one client read (a ``ClientParser`` batch), in order;
+        returns the bytes published.
+
+        Consecutive publishes on the same subject with the same reply form a run: matched
+        once and handed to each local subscriber in one call; when they also share the
+        control line (the parser hands out one tuple per distinct line) the subscriber writes
+        them as one piece. Queue groups and routes take each message on its own. A request
+        whose publisher wants no-responders notices is its own run, so that the notice is per
+        message.
+        """
+        sublist = account.sublist
+        skip: object = None if sender.echo else sender
+        no_responders = sender.no_responders
+        n = len(batch)
+        i = 0
+        out_msgs = out_bytes = 0
+        while i < n and not sender.closed:
+            line: PubLine = batch[i]
+            subject, reply = line[0], line[1]
+            j = i + 2
+            mixed = False
+            if reply is None or not no_responders:
+                while j < n:
+                    nxt = batch[j]
+                    if nxt is not line:
+                        if nxt[0] is not subject or nxt[1] is not reply:
+                            break
+                        mixed = True
+                    j += 2
+            bodies: list[bytes] = batch[i + 1 : j : 2]
+            lines: list[PubLine] | None = batch[i:j:2] if mixed else None
+            i = j
+            k = len(bodies)
+            run_bytes = sum(map(len, bodies)) if mixed else line[2] * k
+            match = sublist.match(subject)
+            got = 0
+            routed = False
+            for sub in match.plain:
+                conn = sub.conn
+                if conn.is_route:
+                    routed = True
+                elif conn is not skip:
+                    g = conn.deliver_run(sub, line, bodies, lines)
+                    if g:
+                        got += g
+                        out_bytes += run_bytes if g == k else sum(map(len, bodies[:g]))
+            if match.queues or routed:
+                g, size = self._route_each(account, match, line, bodies, lines, skip)
+                got += g
+                out_bytes += size
+            if got:
+                out_msgs += got
+            elif reply and no_responders:
+                self._no_responders(sender, subject, reply)
+        in_bytes = sum(map(len, batch[1::2]))
+        stats = account.stats
+        stats.in_msgs += n >> 1
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+        return in_bytes
+
+    def _route_each(
+        self,
+        account: Account,
+        match: Match[Subscription],
+        line: PubLine,
+        bodies: list[bytes],
+        lines: list[PubLine] | None,
+        skip: object,
+    ) -> tuple[int, int]:
+        """The queue groups and routes of a run, message by message (as ``route_message``).
+        Returns (deliveries, bytes delivered)."""
+        subject, reply = line[0], line[1]
+        got = size = 0
+        routes = [cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route]
+        for idx, body in enumerate(bodies):
+            hdr, data = split_body(lines[idx] if lines is not None else line, body)
+            remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
+            n = 0
+            for members in match.queues:
+                chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
+                if chosen is True:
+                    n += 1
+                elif chosen is not None:
+                    remote.setdefault(chosen, []).append(members[0].queue or "")
+            for route, queues in remote.items():
+                route.forward(account, subject, reply, hdr, data, queues, None)
+            n += len(remote)
+            got += n
+            size += n * len(body)
+        return got, size
 
     def deliver_from_route(
         self,
