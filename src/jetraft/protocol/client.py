@@ -240,7 +240,8 @@ class ClientParser:
     def resume(self) -> None:
         """Continue after ``on_connect`` paused: parse what was buffered meanwhile."""
         self._paused = False
-        self.feed(b"")
+        held, self._buf = self._buf, b""
+        self.feed(held)
 
     def feed(self, data: bytes) -> None:
         """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation
@@ -248,20 +249,31 @@ class ClientParser:
         if self._paused:
             self._buf += data
             return
-        if self._pending is not None:
-            self._chunks.append(data)
-            self._chunks_len += len(data)
-            if self._chunks_len < self._need:
+        pos = 0
+        # First complete what the previous read left unfinished, without copying this read
+        # (reads are large and nearly always end inside a message).
+        while self._pending is not None or self._buf:
+            if self._pending is not None:
+                pos = self._finish_body(data, pos)
+                if pos < 0:
+                    return
+                continue
+            eol = data.find(b"\n", pos)
+            if eol < 0:
+                if len(self._buf) + len(data) - pos > self._max_control:
+                    raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                self._buf += data[pos:]
                 return
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._chunks_len = 0
-            pos = self._finish_body(data)
-        else:
-            if self._buf:
-                data = self._buf + data
-                self._buf = b""
-            pos = 0
+            head = self._buf + data[pos : eol + 1]
+            self._buf = b""
+            pos = eol + 1
+            self._scan(head, 0)  # one control line: it may leave a publish's body pending
+            if self._paused:
+                self._buf += data[pos:]
+                return
+        self._scan(data, pos)
+
+    def _scan(self, data: bytes, pos: int) -> None:
         n = len(data)
         handler = self._handler
         cache = self._pub_cache
@@ -344,15 +356,26 @@ class ClientParser:
         parsed = cache[line] = (subject, reply, total, hdr_len, tail)
         return parsed
 
-    def _finish_body(self, data: bytes) -> int:
-        assert self._pending is not None
+    def _finish_body(self, data: bytes, pos: int) -> int:
+        """Take the rest of a pending publish from ``data[pos:]``: the position after it, or
+        -1 when this read ends before it does."""
+        missing = self._need - self._chunks_len
+        if len(data) - pos < missing:
+            self._chunks.append(data[pos:] if pos else data)
+            self._chunks_len += len(data) - pos
+            return -1
+        self._chunks.append(data[pos : pos + missing])
+        frame = b"".join(self._chunks)
+        self._chunks = []
+        self._chunks_len = 0
         parsed = self._pending
-        end = parsed[2]
-        if data[end : end + 2] != b"\r\n":
+        assert parsed is not None
+        total = parsed[2]
+        if frame[total:] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
-        self._handler.on_pubs([parsed, data[:end]])
-        return end + 2
+        self._handler.on_pubs([parsed, frame[:total]])
+        return pos + missing
 
     def _other(self, line: bytes, op4: bytes) -> bool:
         """Every operation but PUB/HPUB. Returns True when the handler asked to pause."""

@@ -24,6 +24,8 @@ log = logging.getLogger("jetraft.client")
 # Frames are written at the end of each loop turn, or earlier once this many bytes are waiting,
 # so one big read from a publisher does not pile up unbounded before the first write.
 _FLUSH_BYTES = 256 * 1024
+# Up to this many buffered pieces are written as they are (writelines), more are joined first.
+_WRITELINES_MAX = 8
 # nats-server's allow_responses bookkeeping: prune used-up and expired reply permissions once
 # this many were added since the last prune, or a second has passed.
 REPLY_PERM_PRUNE_COUNT = 4096
@@ -161,10 +163,15 @@ class ClientConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if not self._out or self.transport is None or self.closed:
             return
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-        self._out.clear()
+        out = self._out
+        if len(out) <= _WRITELINES_MAX:
+            # A few pieces (runs of messages joined already): handed over without one more
+            # copy (uvloop writes them with one writev).
+            self.transport.writelines(out)
+        else:
+            self.transport.write(b"".join(out))
+        out.clear()
         self._out_bytes = 0
-        self.transport.write(data)
         if self.transport.get_write_buffer_size() > self._max_pending:
             self.slow_consumer()
 
