@@ -268,7 +268,7 @@ class ClientParser:
             self._buf = b""
             pos = eol + 1
             self._scan(head, 0)  # one control line: it may leave a publish's body pending
-            if self._paused:
+            if self.paused:  # a CONNECT in that line paused the parser
                 self._buf += data[pos:]
                 return
         self._scan(data, pos)
