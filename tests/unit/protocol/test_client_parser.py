@@ -151,3 +151,56 @@ def test_connect_can_pause_until_resumed() -> None:
     assert sink.events == [Connect({})]
     parser.resume()
     assert sink.events == [Connect({}), Pub("a", None, None, b"x"), PING]
+
+
+def test_pause_and_resume_at_every_split_point() -> None:
+    stream = b"CONNECT {}\r\nPUB a 1\r\nx\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n"
+    expected = [Connect({}), Pub("a", None, None, b"x"), Pub("h", None, b"NATS/1.0\r\n\r\n", b"hi"),
+                PING]
+    for cut in range(len(stream) + 1):
+        sink = PausingSink()
+        parser = ClientParser(sink)
+        parser.feed(stream[:cut])
+        parser.feed(stream[cut:])
+        assert parser.paused
+        parser.resume()
+        assert sink.events == expected, cut
+
+
+def test_publishes_before_a_violation_are_handed_over() -> None:
+    sink = EventCollector()
+    parser = ClientParser(sink)
+    with pytest.raises(ProtocolError):
+        parser.feed(b"PUB a 1\r\nx\r\nPUB b 1\r\ny\r\nNOPE\r\nPUB c 1\r\nz\r\n")
+    assert sink.events == [Pub("a", None, None, b"x"), Pub("b", None, None, b"y")]
+
+
+def test_publishes_arrive_in_one_batch_per_run_of_publishes() -> None:
+    batches: list[int] = []
+
+    class Counting(EventCollector):
+        def on_pubs(self, batch: list[object]) -> None:
+            batches.append(len(batch) // 2)
+            super().on_pubs(batch)
+
+    sink = Counting()
+    parser = ClientParser(sink)
+    parser.feed(b"PUB a 1\r\nx\r\nPUB a 1\r\ny\r\nPUB b 2\r\nzz\r\nPING\r\nPUB a 1\r\nw\r\n")
+    assert batches == [3, 1]
+    assert sink.events[:3] == [
+        Pub("a", None, None, b"x"),
+        Pub("a", None, None, b"y"),
+        Pub("b", None, None, b"zz"),
+    ]
+
+
+def test_refused_headers_make_hpub_a_violation_even_when_seen_before() -> None:
+    sink = EventCollector()
+    parser = ClientParser(sink)
+    frame = b"HPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    parser.feed(frame)
+    parser.refuse_headers()
+    with pytest.raises(ProtocolError) as info:
+        parser.feed(frame)
+    assert info.value.text == "Unknown Protocol Operation"
+    assert sink.events == [Pub("h", None, b"NATS/1.0\r\n\r\n", b"hi")]
