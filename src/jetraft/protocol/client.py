@@ -75,8 +75,9 @@ PONG = Pong()
 # same subject (reply) share the same str object.
 PubLine = tuple[str, str | None, int, int, bytes]
 
-# What ``on_pubs`` receives: [line, body, line, body, ...]. A body is the header block and the
-# payload together (``split_body`` separates them).
+# What ``on_pubs`` receives: [line, bodies, line, bodies, ...], the publishes in the order sent;
+# consecutive publishes with the same control line share one entry (``bodies``, a list). A body
+# is the header block and the payload together (``split_body`` separates them).
 PubBatch = list[Any]
 
 
@@ -118,8 +119,9 @@ class EventCollector:
     def on_pubs(self, batch: PubBatch) -> None:
         for i in range(0, len(batch), 2):
             line: PubLine = batch[i]
-            hdr, payload = split_body(line, batch[i + 1])
-            self.events.append(Pub(line[0], line[1], hdr, payload))
+            for body in batch[i + 1]:
+                hdr, payload = split_body(line, body)
+                self.events.append(Pub(line[0], line[1], hdr, payload))
 
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
         self.events.append(Sub(subject, queue, sid))
@@ -279,8 +281,10 @@ class ClientParser:
         cache = self._pub_cache
         max_control = self._max_control
         batch: PubBatch = []
-        append = batch.append
+        last: PubLine | None = None  # the control line of the batch's last entry
+        bodies: list[bytes] = []  # and its bodies
         while pos < n:
+            start = pos
             eol = data.find(b"\n", pos)
             if eol < 0:
                 if n - pos > max_control:
@@ -306,26 +310,52 @@ class ClientParser:
                     if batch:
                         handler.on_pubs(batch)
                         batch = []
-                        append = batch.append
+                        last = None
                     if self._other(line, op):
                         self._paused = True
                         self._buf = data[pos:]
                         return
                     continue
             # A publish: its body follows the control line.
-            body_end = pos + parsed[2]
+            total = parsed[2]
+            body_end = pos + total
             if n < body_end + 2:
                 self._pending = parsed
-                self._need = parsed[2] + 2
+                self._need = total + 2
                 rest = data[pos:]
                 self._chunks = [rest]
                 self._chunks_len = len(rest)
                 break
             if data[body_end] != 13 or data[body_end + 1] != 10:
                 self._fail(batch, ERR_UNKNOWN_OP)
-            append(parsed)
-            append(data[pos:body_end])
+            if parsed is not last:
+                bodies = [data[pos:body_end]]
+                batch.append(parsed)
+                batch.append(bodies)
+                last = parsed
+                pos = body_end + 2
+                continue
+            bodies.append(data[pos:body_end])
             pos = body_end + 2
+            # The same control line twice in a row: a publisher streaming one subject at one
+            # size. Compare the raw line instead of searching, slicing and looking it up.
+            raw = data[start : eol + 1]
+            if data.startswith(raw, pos):
+                step = eol + 1 - start
+                again = b"\r\n" + raw  # this body's end and the same line once more
+                while True:
+                    body_start = pos + step
+                    body_end = body_start + total
+                    if body_end + 2 > n:
+                        break  # the general path keeps the incomplete publish
+                    if data.startswith(again, body_end):
+                        bodies.append(data[body_start:body_end])
+                        pos = body_end + 2
+                        continue
+                    if data[body_end] == 13 and data[body_end + 1] == 10:
+                        bodies.append(data[body_start:body_end])
+                        pos = body_end + 2
+                    break  # anything else is looked at by the general path
         if batch:
             handler.on_pubs(batch)
 
@@ -374,7 +404,7 @@ class ClientParser:
         if frame[total:] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
-        self._handler.on_pubs([parsed, frame[:total]])
+        self._handler.on_pubs([parsed, [frame[:total]]])
         return pos + missing
 
     def _other(self, line: bytes, op4: bytes) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from jetraft.protocol import route as rp
-from jetraft.protocol.client import PubLine
+from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import Account, Subscription
 
 log = logging.getLogger("jetraft.route")
@@ -261,11 +261,7 @@ class RouteConnection(asyncio.Protocol):
         return False
 
     def deliver_run(
-        self,
-        sub: Subscription,
-        line: PubLine,
-        bodies: list[bytes],
-        lines: list[PubLine] | None,
+        self, sub: Subscription, batch: PubBatch, start: int, stop: int, msgs: int, size: int
     ) -> int:
         return 0  # as ``deliver``: the router forwards to routes itself
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jetraft.protocol.client import PubLine
+from jetraft.protocol.client import PubBatch
 from jetraft.server.core.sublist import SubList
 
 GLOBAL_ACCOUNT = "$G"
@@ -34,15 +34,11 @@ class Subscriber(Protocol):
         ...
 
     def deliver_run(
-        self,
-        sub: Subscription,
-        line: PubLine,
-        bodies: list[bytes],
-        lines: list[PubLine] | None,
+        self, sub: Subscription, batch: PubBatch, start: int, stop: int, msgs: int, size: int
     ) -> int:
-        """Write consecutive publishes of one client on one subject (and reply), in order;
-        returns how many were delivered (always the first ones). ``lines`` holds each body's
-        control line, or is None when all share ``line``."""
+        """Write the publishes of ``batch[start:stop]`` (entries of a ``ClientParser`` batch,
+        all on one subject with one reply; ``msgs`` messages of ``size`` bytes in all) for
+        ``sub``, in order; returns how many were delivered (always the first ones)."""
         ...
 
 

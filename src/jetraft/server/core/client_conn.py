@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import secrets
 import time
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ log = logging.getLogger("jetraft.client")
 _FLUSH_BYTES = 256 * 1024
 # Up to this many buffered pieces are written as they are (writelines), more are joined first.
 _WRITELINES_MAX = 8
+_HDR_LEN = operator.itemgetter(3)  # of a PubLine: -1 for PUB
 # nats-server's allow_responses bookkeeping: prune used-up and expired reply permissions once
 # this many were added since the last prune, or a second has passed.
 REPLY_PERM_PRUNE_COUNT = 4096
@@ -233,8 +235,9 @@ class ClientConnection(asyncio.Protocol):
             return
         for i in range(0, len(batch), 2):
             line: proto.PubLine = batch[i]
-            hdr, payload = proto.split_body(line, batch[i + 1])
-            self.on_pub(line[0], line[1], hdr, payload)
+            for body in batch[i + 1]:
+                hdr, payload = proto.split_body(line, body)
+                self.on_pub(line[0], line[1], hdr, payload)
 
     def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
@@ -445,75 +448,70 @@ class ClientConnection(asyncio.Protocol):
     def deliver_run(
         self,
         sub: Subscription,
-        line: proto.PubLine,
-        bodies: list[bytes],
-        lines: list[proto.PubLine] | None,
+        batch: proto.PubBatch,
+        start: int,
+        stop: int,
+        msgs: int,
+        size: int,
     ) -> int:
-        """Write a run of publishes on one subject for ``sub`` (see ``Subscriber``); one piece
-        when they share the control line. This runs once per subscriber per run: keep it
-        flat."""
+        """Write a group of publishes on one subject for ``sub`` (see ``Subscriber``), each
+        run of identical control lines as one piece. This runs once per subscriber per group:
+        keep it flat."""
         if self.closed:
             return 0
-        if self.perms is not None or (
-            not self.headers
-            and (line[3] >= 0 if lines is None else any(ln[3] >= 0 for ln in lines))
+        if (
+            self.perms is not None
+            or sub.max_msgs
+            or (not self.headers and max(map(_HDR_LEN, batch[start:stop:2])) >= 0)
         ):
-            return self._deliver_each(sub, line, bodies, lines)
-        k = len(bodies)
-        if sub.max_msgs and k > sub.max_msgs - sub.delivered:
-            k = max(sub.max_msgs - sub.delivered, 0)
-            if not k:
-                return 0
-            bodies = bodies[:k]
-            if lines is not None:
-                lines = lines[:k]
+            return self._deliver_each(sub, batch, start, stop)
+        line: proto.PubLine = batch[start]
         subject = line[0]
         if sub.head_subject != subject:
             sub.head_subject = subject
             sub.head = f"MSG {subject} {sub.sid}".encode()
+        prefix = sub.head
         out = self._out
         if not out and not self._flush_scheduled:
             self._flush_scheduled = True
             self._call_soon(self.flush)
-        if lines is None:
-            head = (sub.head if line[3] < 0 else b"H" + sub.head) + line[4]
+        if stop - start == 2:
+            # One control line: one piece, whatever the number of messages.
+            bodies: list[bytes] = batch[start + 1]
+            head = (prefix if line[3] < 0 else b"H" + prefix) + line[4]
             out.append(head)
-            out.append(bodies[0] if k == 1 else (b"\r\n" + head).join(bodies))
+            out.append(bodies[0] if msgs == 1 else (b"\r\n" + head).join(bodies))
             out.append(b"\r\n")
-            size = line[2] * k
         else:
-            head = sub.head
-            size = 0
-            for ln, body in zip(lines, bodies, strict=True):
-                out.append((head if ln[3] < 0 else b"H" + head) + ln[4])
-                out.append(body)
-                out.append(b"\r\n")
-                size += ln[2]
+            hprefix = b"H" + prefix
+            append = out.append
+            for line, bodies in zip(batch[start:stop:2], batch[start + 1 : stop : 2], strict=True):
+                head = (prefix if line[3] < 0 else hprefix) + line[4]
+                append(head)
+                append(bodies[0] if len(bodies) == 1 else (b"\r\n" + head).join(bodies))
+                append(b"\r\n")
         self._out_bytes += size
-        self.out_msgs += k
+        self.out_msgs += msgs
         self.out_bytes += size
+        sub.delivered += msgs
         if self._out_bytes > _FLUSH_BYTES:
             self.flush()
-        sub.delivered += k
-        if sub.max_msgs and sub.delivered >= sub.max_msgs:
-            self.remove_sub(sub)
-        return k
+        return msgs
 
     def _deliver_each(
-        self,
-        sub: Subscription,
-        line: proto.PubLine,
-        bodies: list[bytes],
-        lines: list[proto.PubLine] | None,
+        self, sub: Subscription, batch: proto.PubBatch, start: int, stop: int
     ) -> int:
+        """``deliver_run`` message by message: permissions, auto-unsubscribe, clients without
+        headers support."""
         delivered = 0
-        for i, body in enumerate(bodies):
-            hdr, data = proto.split_body(lines[i] if lines is not None else line, body)
-            if not self.deliver(sub, line[0], line[1], hdr, data):
-                continue
-            delivered += 1
-            if sub.max_msgs and sub.delivered >= sub.max_msgs:
-                break  # auto-unsubscribed: the rest is not for this subscription
+        for i in range(start, stop, 2):
+            line: proto.PubLine = batch[i]
+            for body in batch[i + 1]:
+                if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                    return delivered  # auto-unsubscribed: the rest is not for it
+                hdr, data = proto.split_body(line, body)
+                if self.deliver(sub, line[0], line[1], hdr, data):
+                    delivered += 1
         return delivered
 
     def _deliver_permitted(self, sub: Subscription, subject: str, reply: str | None) -> bool:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from itertools import chain
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
@@ -142,37 +143,39 @@ class Router:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.
 
-        Consecutive publishes on the same subject with the same reply form a run: matched
-        once and handed to each local subscriber in one call; when they also share the
-        control line (the parser hands out one tuple per distinct line) the subscriber writes
-        them as one piece. Queue groups and routes take each message on its own. A request
-        whose publisher wants no-responders notices is its own run, so that the notice is per
-        message.
+        Consecutive publishes on one subject with one reply form a group: matched once and
+        handed to each local subscriber in one call (which writes each run of identical
+        control lines as one piece). Queue groups and routes take each message on its own.
+        Requests from a publisher that wants no-responders notices go one by one, since the
+        notice is per message.
         """
         sublist = account.sublist
         skip: object = None if sender.echo else sender
         no_responders = sender.no_responders
         n = len(batch)
         i = 0
-        out_msgs = out_bytes = 0
+        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        one_by_one = 0  # bytes routed (and counted) by the calls for single requests
         while i < n and not sender.closed:
             line: PubLine = batch[i]
             subject, reply = line[0], line[1]
             j = i + 2
-            mixed = False
-            if reply is None or not no_responders:
-                while j < n:
-                    nxt = batch[j]
-                    if nxt is not line:
-                        if nxt[0] is not subject or nxt[1] is not reply:
-                            break
-                        mixed = True
-                    j += 2
-            bodies: list[bytes] = batch[i + 1 : j : 2]
-            lines: list[PubLine] | None = batch[i:j:2] if mixed else None
-            i = j
-            k = len(bodies)
-            run_bytes = sum(map(len, bodies)) if mixed else line[2] * k
+            while j < n and batch[j][0] is subject and batch[j][1] is reply:
+                j += 2
+            if reply is not None and no_responders and (j > i + 2 or len(batch[i + 1]) > 1):
+                for x in range(i, j, 2):
+                    for body in batch[x + 1]:
+                        one_by_one += self.route_pubs(sender, account, [batch[x], [body]])
+                i = j
+                continue
+            if j == i + 2:
+                k = len(batch[i + 1])
+                size = line[2] * k
+            else:
+                k = sum(map(len, batch[i + 1 : j : 2]))
+                size = sum(map(len, chain.from_iterable(batch[i + 1 : j : 2])))
+            in_msgs += k
+            in_bytes += size
             match = sublist.match(subject)
             got = 0
             routed = False
@@ -181,55 +184,57 @@ class Router:
                 if conn.is_route:
                     routed = True
                 elif conn is not skip:
-                    g = conn.deliver_run(sub, line, bodies, lines)
+                    g = conn.deliver_run(sub, batch, i, j, k, size)
                     if g:
                         got += g
-                        out_bytes += run_bytes if g == k else sum(map(len, bodies[:g]))
+                        out_bytes += size if g == k else _leading_bytes(batch, i, g)
             if match.queues or routed:
-                g, size = self._route_each(account, match, line, bodies, lines, skip)
+                g, g_bytes = self._route_each(account, match, batch, i, j, skip)
                 got += g
-                out_bytes += size
+                out_bytes += g_bytes
             if got:
                 out_msgs += got
             elif reply and no_responders:
                 self._no_responders(sender, subject, reply)
-        in_bytes = sum(map(len, batch[1::2]))
+            i = j
         stats = account.stats
-        stats.in_msgs += n >> 1
+        stats.in_msgs += in_msgs
         stats.in_bytes += in_bytes
         stats.out_msgs += out_msgs
         stats.out_bytes += out_bytes
-        return in_bytes
+        return in_bytes + one_by_one
 
     def _route_each(
         self,
         account: Account,
         match: Match[Subscription],
-        line: PubLine,
-        bodies: list[bytes],
-        lines: list[PubLine] | None,
+        batch: PubBatch,
+        start: int,
+        stop: int,
         skip: object,
     ) -> tuple[int, int]:
-        """The queue groups and routes of a run, message by message (as ``route_message``).
-        Returns (deliveries, bytes delivered)."""
-        subject, reply = line[0], line[1]
-        got = size = 0
+        """The queue groups and routes of a group of publishes, message by message (as
+        ``route_message``). Returns (deliveries, bytes delivered)."""
         routes = [cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route]
-        for idx, body in enumerate(bodies):
-            hdr, data = split_body(lines[idx] if lines is not None else line, body)
-            remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
-            n = 0
-            for members in match.queues:
-                chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
-                if chosen is True:
-                    n += 1
-                elif chosen is not None:
-                    remote.setdefault(chosen, []).append(members[0].queue or "")
-            for route, queues in remote.items():
-                route.forward(account, subject, reply, hdr, data, queues, None)
-            n += len(remote)
-            got += n
-            size += n * len(body)
+        got = size = 0
+        for i in range(start, stop, 2):
+            line: PubLine = batch[i]
+            subject, reply = line[0], line[1]
+            for body in batch[i + 1]:
+                hdr, data = split_body(line, body)
+                remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
+                n = 0
+                for members in match.queues:
+                    chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
+                    if chosen is True:
+                        n += 1
+                    elif chosen is not None:
+                        remote.setdefault(chosen, []).append(members[0].queue or "")
+                for route, queues in remote.items():
+                    route.forward(account, subject, reply, hdr, data, queues, None)
+                n += len(remote)
+                got += n
+                size += n * len(body)
         return got, size
 
     def deliver_from_route(
@@ -307,6 +312,18 @@ class Router:
                 hdr = encode_headers({"Nats-Subject": subject}, status=503)
                 sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
                 return
+
+
+def _leading_bytes(batch: PubBatch, start: int, count: int) -> int:
+    """The bytes of the first ``count`` messages from ``batch[start]`` on."""
+    size = 0
+    i = start
+    while count > 0:
+        k = min(len(batch[i + 1]), count)
+        size += batch[i][2] * k
+        count -= k
+        i += 2
+    return size
 
 
 def totals(accounts: Sequence[Account]) -> AccountStats:
