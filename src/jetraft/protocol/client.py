@@ -177,11 +177,16 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
         # "HPUB subj 0 n" carries no header block: nats-server delivers it as a plain MSG, and
         # an HMSG with an empty block would not parse in clients (no NATS/1.0 line).
         hdr_len = -1
-    tail = b" " + reply + b" " if reply is not None else b" "
+    return pub_line(subject, reply_s, total, hdr_len)
+
+
+def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLine:
+    """The ``PubLine`` of a publish (``hdr_len`` -1 without headers)."""
     if hdr_len >= 0:
-        tail += b"%d " % hdr_len
-    tail += b"%d\r\n" % total
-    return subject, reply_s, total, hdr_len, tail
+        tail = f" {reply} {hdr_len} {total}\r\n" if reply else f" {hdr_len} {total}\r\n"
+    else:
+        tail = f" {reply} {total}\r\n" if reply else f" {total}\r\n"
+    return subject, reply, total, hdr_len, tail.encode()
 
 
 class ClientParser:

@@ -15,10 +15,11 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Protocol, cast
 
 from jetraft.protocol import route as rp
-from jetraft.protocol.client import PubBatch
+from jetraft.protocol.client import PubBatch, PubLine, split_body
 from jetraft.server.core.accounts import Account, Subscription
 
 log = logging.getLogger("jetraft.route")
@@ -41,6 +42,7 @@ class PeerInfo:
     known_routes: list[dict[str, str]] = field(default_factory=list)  # gossip
     lame_duck: bool = False
     version: str = ""
+    msg_batches: bool = False  # understands MSGS frames
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> PeerInfo:
@@ -61,6 +63,7 @@ class PeerInfo:
             known_routes=gossip,
             lame_duck=bool(f.get("ldm", False)),
             version=str(f.get("version", "")),
+            msg_batches=f.get("msg_batches") is True,
         )
 
 
@@ -87,6 +90,8 @@ class RouteOwner(Protocol):
     def remote_unsub(self, route: RouteConnection, unsub: rp.RUnsub) -> None: ...
 
     def remote_msg(self, route: RouteConnection, msg: rp.RMsg) -> None: ...
+
+    def remote_msgs(self, route: RouteConnection, msgs: rp.RMsgs) -> None: ...
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
 
@@ -176,6 +181,11 @@ class RouteConnection(asyncio.Protocol):
                 self.in_msgs += 1
                 self.in_bytes += len(ev.data) + (len(ev.hdr) if ev.hdr else 0)
                 owner.remote_msg(self, ev)
+        elif isinstance(ev, rp.RMsgs):
+            if self.ready:
+                self.in_msgs += len(ev.bodies)
+                self.in_bytes += sum(map(len, ev.bodies))
+                owner.remote_msgs(self, ev)
         elif isinstance(ev, rp.RaftBatch):
             if self.ready:
                 owner.remote_raft(self, ev.items)
@@ -278,6 +288,28 @@ class RouteConnection(asyncio.Protocol):
         self.out_msgs += 1
         self.out_bytes += len(data) + (len(hdr) if hdr else 0)
         self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
+
+    def forward_run(self, account: Account, batch: PubBatch, start: int, stop: int) -> None:
+        """Send a group of client publishes on one subject (``Router.route_pubs``) for the
+        peer's plain subscribers: one MSGS frame, or one MSG each for an older peer."""
+        first: PubLine = batch[start]
+        subject, reply = first[0], first[1]
+        if not self.peer.msg_batches:
+            for i in range(start, stop, 2):
+                line: PubLine = batch[i]
+                for body in batch[i + 1]:
+                    hdr, data = split_body(line, body)
+                    self.forward(account, subject, reply, hdr, data, (), None)
+            return
+        if stop - start == 2:
+            bodies: list[bytes] = batch[start + 1]
+            runs = [(first[3], len(bodies))]
+        else:
+            bodies = list(chain.from_iterable(batch[start + 1 : stop : 2]))
+            runs = [(batch[i][3], len(batch[i + 1])) for i in range(start, stop, 2)]
+        self.out_msgs += len(bodies)
+        self.out_bytes += sum(map(len, bodies))
+        self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))
 
     # --- closing -----------------------------------------------------------------------------
 

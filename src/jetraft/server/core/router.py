@@ -58,6 +58,11 @@ class RouteSubscriber(Subscriber, Protocol):
         route_by: str | None,
     ) -> None: ...
 
+    def forward_run(self, account: Account, batch: PubBatch, start: int, stop: int) -> None:
+        """Send a group of client publishes on one subject for the peer's plain subscribers
+        (no queue groups)."""
+        ...
+
 
 class InterestListener(Protocol):
     """Told when local interest changes (the cluster propagates it to the other servers)."""
@@ -188,10 +193,16 @@ class Router:
                     if g:
                         got += g
                         out_bytes += size if g == k else _leading_bytes(batch, i, g)
-            if match.queues or routed:
+            if match.queues:
                 g, g_bytes = self._route_each(account, match, batch, i, j, skip)
                 got += g
                 out_bytes += g_bytes
+            elif routed:
+                # Plain interest only: each route gets the whole group at once.
+                for route in {s.conn: None for s in match.plain if s.conn.is_route}:
+                    cast(RouteSubscriber, route).forward_run(account, batch, i, j)
+                    got += k
+                    out_bytes += size
             if got:
                 out_msgs += got
             elif reply and no_responders:
@@ -203,6 +214,31 @@ class Router:
         stats.out_msgs += out_msgs
         stats.out_bytes += out_bytes
         return in_bytes + one_by_one
+
+    def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
+        """Deliver a group of client publishes on one subject that another server routed
+        here (``RouteSubscriber.forward_run``): local plain subscribers only."""
+        n = len(batch)
+        if n == 2:
+            k = len(batch[1])
+            size = batch[0][2] * k
+        else:
+            k = sum(map(len, batch[1::2]))
+            size = sum(map(len, chain.from_iterable(batch[1::2])))
+        stats = account.stats
+        stats.in_msgs += k
+        stats.in_bytes += size
+        got = out_bytes = 0
+        for sub in account.sublist.match(batch[0][0]).plain:
+            conn = sub.conn
+            if not conn.is_route:
+                g = conn.deliver_run(sub, batch, 0, n, k, size)
+                if g:
+                    got += g
+                    out_bytes += size if g == k else _leading_bytes(batch, 0, g)
+        stats.out_msgs += got
+        stats.out_bytes += out_bytes
+        return got
 
     def _route_each(
         self,
