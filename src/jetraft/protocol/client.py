@@ -12,6 +12,7 @@ NamedTuple events for tests and tools.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
@@ -75,10 +76,31 @@ PONG = Pong()
 # same subject (reply) share the same str object.
 PubLine = tuple[str, str | None, int, int, bytes]
 
-# What ``on_pubs`` receives: [line, bodies, line, bodies, ...], the publishes in the order sent;
-# consecutive publishes with the same control line share one entry (``bodies``, a list). A body
-# is the header block and the payload together (``split_body`` separates them).
-PubBatch = list[Any]
+class PubBatch:
+    """What ``Handler.on_pubs`` receives: publishes in the order sent, as runs. Consecutive
+    publishes with the same control line form one run: run ``r`` has the control line
+    ``lines[r]`` and the bodies ``bodies[starts[r]:starts[r + 1]]`` (``starts`` has one entry
+    more than ``lines``). A body is the header block and the payload together
+    (``split_body`` separates them). Flat lists: no object per message but its body."""
+
+    __slots__ = ("bodies", "lines", "starts")
+
+    def __init__(self, lines: list[PubLine], starts: list[int], bodies: list[bytes]) -> None:
+        self.lines = lines
+        self.starts = starts
+        self.bodies = bodies
+
+    @classmethod
+    def single(cls, line: PubLine, body: bytes) -> PubBatch:
+        return cls([line], [0, 1], [body])
+
+    def messages(self, first: int = 0, stop: int | None = None) -> Iterator[tuple[PubLine, bytes]]:
+        """(line, body) of each publish of runs ``first`` to ``stop`` (all by default)."""
+        starts, bodies = self.starts, self.bodies
+        for r in range(first, len(self.lines) if stop is None else stop):
+            line = self.lines[r]
+            for i in range(starts[r], starts[r + 1]):
+                yield line, bodies[i]
 
 
 def split_body(line: PubLine, body: bytes) -> tuple[bytes | None, bytes]:
@@ -117,11 +139,9 @@ class EventCollector:
         return False
 
     def on_pubs(self, batch: PubBatch) -> None:
-        for i in range(0, len(batch), 2):
-            line: PubLine = batch[i]
-            for body in batch[i + 1]:
-                hdr, payload = split_body(line, body)
-                self.events.append(Pub(line[0], line[1], hdr, payload))
+        for line, body in batch.messages():
+            hdr, payload = split_body(line, body)
+            self.events.append(Pub(line[0], line[1], hdr, payload))
 
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
         self.events.append(Sub(subject, queue, sid))
@@ -282,22 +302,23 @@ class ClientParser:
 
     def _scan(self, data: bytes, pos: int) -> None:
         n = len(data)
-        handler = self._handler
         cache = self._pub_cache
         max_control = self._max_control
-        batch: PubBatch = []
-        last: PubLine | None = None  # the control line of the batch's last entry
-        bodies: list[bytes] = []  # and its bodies
+        # The batch being built (see PubBatch): runs' lines and first bodies, and the bodies.
+        lines: list[PubLine] = []
+        starts: list[int] = []
+        bodies: list[bytes] = []
+        last: PubLine | None = None  # the line of the last run
         while pos < n:
             start = pos
             eol = data.find(b"\n", pos)
             if eol < 0:
                 if n - pos > max_control:
-                    self._fail(batch, ERR_MAX_CONTROL_LINE)
+                    self._fail(lines, starts, bodies, ERR_MAX_CONTROL_LINE)
                 self._buf = data[pos:]
                 break
             if eol - pos > max_control:
-                self._fail(batch, ERR_MAX_CONTROL_LINE)
+                self._fail(lines, starts, bodies, ERR_MAX_CONTROL_LINE)
             end = eol - 1 if eol > pos and data[eol - 1] == 13 else eol
             line = data[pos:end]
             pos = eol + 1
@@ -310,11 +331,11 @@ class ClientParser:
                     try:
                         parsed = self._parse_pub(line, op == b"HPUB")
                     except ProtocolError as exc:
-                        self._fail(batch, exc.text)
+                        self._fail(lines, starts, bodies, exc.text)
                 else:
-                    if batch:
-                        handler.on_pubs(batch)
-                        batch = []
+                    if lines:
+                        self._dispatch(lines, starts, bodies)
+                        lines, starts, bodies = [], [], []
                         last = None
                     if self._other(line, op):
                         self._paused = True
@@ -332,11 +353,11 @@ class ClientParser:
                 self._chunks_len = len(rest)
                 break
             if data[body_end] != 13 or data[body_end + 1] != 10:
-                self._fail(batch, ERR_UNKNOWN_OP)
+                self._fail(lines, starts, bodies, ERR_UNKNOWN_OP)
             if parsed is not last:
-                bodies = [data[pos:body_end]]
-                batch.append(parsed)
-                batch.append(bodies)
+                lines.append(parsed)
+                starts.append(len(bodies))
+                bodies.append(data[pos:body_end])
                 last = parsed
                 pos = body_end + 2
                 continue
@@ -361,13 +382,19 @@ class ClientParser:
                         bodies.append(data[body_start:body_end])
                         pos = body_end + 2
                     break  # anything else is looked at by the general path
-        if batch:
-            handler.on_pubs(batch)
+        if lines:
+            self._dispatch(lines, starts, bodies)
 
-    def _fail(self, batch: PubBatch, text: str) -> NoReturn:
+    def _dispatch(self, lines: list[PubLine], starts: list[int], bodies: list[bytes]) -> None:
+        starts.append(len(bodies))
+        self._handler.on_pubs(PubBatch(lines, starts, bodies))
+
+    def _fail(
+        self, lines: list[PubLine], starts: list[int], bodies: list[bytes], text: str
+    ) -> NoReturn:
         """Hand over the publishes parsed before a violation, then report it."""
-        if batch:
-            self._handler.on_pubs(batch)
+        if lines:
+            self._dispatch(lines, starts, bodies)
         raise ProtocolError(text)
 
     def _parse_pub(self, line: bytes, with_headers: bool) -> PubLine:
@@ -409,7 +436,7 @@ class ClientParser:
         if frame[total:] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
-        self._handler.on_pubs([parsed, [frame[:total]]])
+        self._handler.on_pubs(PubBatch.single(parsed, frame[:total]))
         return pos + missing
 
     def _other(self, line: bytes, op4: bytes) -> bool:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +14,7 @@ from jetraft.protocol.client import (
     EventCollector,
     ProtocolError,
     Pub,
+    PubBatch,
     Sub,
     Unsub,
     encode_msg,
@@ -181,9 +180,10 @@ def test_publishes_arrive_in_one_batch_per_run_of_publishes() -> None:
     batches: list[list[int]] = []
 
     class Counting(EventCollector):
-        def on_pubs(self, batch: list[Any]) -> None:
-            # Consecutive publishes with the same control line share one entry.
-            batches.append([len(bodies) for bodies in batch[1::2]])
+        def on_pubs(self, batch: PubBatch) -> None:
+            # Consecutive publishes with the same control line form one run.
+            starts = batch.starts
+            batches.append([starts[r + 1] - starts[r] for r in range(len(batch.lines))])
             super().on_pubs(batch)
 
     sink = Counting()

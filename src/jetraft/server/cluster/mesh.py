@@ -481,15 +481,14 @@ class RouteMesh:
         account = self.host.account_named(msgs.account)
         if account is None:
             return
-        # Rebuild the batch a client connection's parser would have made (one entry per run).
-        batch: PubBatch = []
-        bodies = msgs.bodies
-        pos = 0
+        # The batch a client connection's parser would have made: one line per run.
+        lines = []
+        starts = [0]
         for hdr_len, count in msgs.runs:
-            run = bodies[pos : pos + count] if count < len(bodies) else bodies
-            batch.append(pub_line(msgs.subject, msgs.reply, len(run[0]), hdr_len))
-            batch.append(run)
-            pos += count
+            first = starts[-1]
+            lines.append(pub_line(msgs.subject, msgs.reply, len(msgs.bodies[first]), hdr_len))
+            starts.append(first + count)
+        batch = PubBatch(lines, starts, msgs.bodies)
         self.host.router.deliver_pubs_from_route(account, batch)
 
     # --- RAFT --------------------------------------------------------------------------------

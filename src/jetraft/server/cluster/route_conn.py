@@ -15,11 +15,10 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, Protocol, cast
 
 from jetraft.protocol import route as rp
-from jetraft.protocol.client import PubBatch, PubLine, split_body
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
 
 log = logging.getLogger("jetraft.route")
@@ -271,7 +270,7 @@ class RouteConnection(asyncio.Protocol):
         return False
 
     def deliver_run(
-        self, sub: Subscription, batch: PubBatch, start: int, stop: int, msgs: int, size: int
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
         return 0  # as ``deliver``: the router forwards to routes itself
 
@@ -289,24 +288,19 @@ class RouteConnection(asyncio.Protocol):
         self.out_bytes += len(data) + (len(hdr) if hdr else 0)
         self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
 
-    def forward_run(self, account: Account, batch: PubBatch, start: int, stop: int) -> None:
-        """Send a group of client publishes on one subject (``Router.route_pubs``) for the
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs of client publishes on one subject (``Router.route_pubs``) for the
         peer's plain subscribers: one MSGS frame, or one MSG each for an older peer."""
-        first: PubLine = batch[start]
-        subject, reply = first[0], first[1]
+        line0 = batch.lines[first]
+        subject, reply = line0[0], line0[1]
         if not self.peer.msg_batches:
-            for i in range(start, stop, 2):
-                line: PubLine = batch[i]
-                for body in batch[i + 1]:
-                    hdr, data = split_body(line, body)
-                    self.forward(account, subject, reply, hdr, data, (), None)
+            for line, body in batch.messages(first, stop):
+                hdr, data = split_body(line, body)
+                self.forward(account, subject, reply, hdr, data, (), None)
             return
-        if stop - start == 2:
-            bodies: list[bytes] = batch[start + 1]
-            runs = [(first[3], len(bodies))]
-        else:
-            bodies = list(chain.from_iterable(batch[start + 1 : stop : 2]))
-            runs = [(batch[i][3], len(batch[i + 1])) for i in range(start, stop, 2)]
+        starts = batch.starts
+        bodies = batch.bodies[starts[first] : starts[stop]]
+        runs = [(batch.lines[r][3], starts[r + 1] - starts[r]) for r in range(first, stop)]
         self.out_msgs += len(bodies)
         self.out_bytes += sum(map(len, bodies))
         self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))

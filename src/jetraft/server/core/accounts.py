@@ -34,11 +34,11 @@ class Subscriber(Protocol):
         ...
 
     def deliver_run(
-        self, sub: Subscription, batch: PubBatch, start: int, stop: int, msgs: int, size: int
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
-        """Write the publishes of ``batch[start:stop]`` (entries of a ``ClientParser`` batch,
-        all on one subject with one reply; ``msgs`` messages of ``size`` bytes in all) for
-        ``sub``, in order; returns how many were delivered (always the first ones)."""
+        """Write runs ``first`` to ``stop`` of ``batch`` (client publishes, all on one subject
+        with one reply; ``msgs`` messages of ``size`` bytes in all) for ``sub``, in order;
+        returns how many were delivered (always the first ones)."""
         ...
 
 

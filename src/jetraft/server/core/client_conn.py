@@ -230,14 +230,12 @@ class ClientConnection(asyncio.Protocol):
         if self._plain:
             # The common case: an authenticated client with no permissions, pedantic or verbose
             # (HPUB without headers support is refused by the parser): the whole read at once.
-            self.in_msgs += len(batch) >> 1
+            self.in_msgs += len(batch.bodies)
             self.in_bytes += self._route_pubs(self, self.account, batch)
             return
-        for i in range(0, len(batch), 2):
-            line: proto.PubLine = batch[i]
-            for body in batch[i + 1]:
-                hdr, payload = proto.split_body(line, body)
-                self.on_pub(line[0], line[1], hdr, payload)
+        for line, body in batch.messages():
+            hdr, payload = proto.split_body(line, body)
+            self.on_pub(line[0], line[1], hdr, payload)
 
     def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
@@ -449,24 +447,23 @@ class ClientConnection(asyncio.Protocol):
         self,
         sub: Subscription,
         batch: proto.PubBatch,
-        start: int,
+        first: int,
         stop: int,
         msgs: int,
         size: int,
     ) -> int:
-        """Write a group of publishes on one subject for ``sub`` (see ``Subscriber``), each
-        run of identical control lines as one piece. This runs once per subscriber per group:
-        keep it flat."""
+        """Write runs of publishes on one subject for ``sub`` (see ``Subscriber``), each run
+        as one piece. This runs once per subscriber per group: keep it flat."""
         if self.closed:
             return 0
+        lines = batch.lines
         if (
             self.perms is not None
             or sub.max_msgs
-            or (not self.headers and max(map(_HDR_LEN, batch[start:stop:2])) >= 0)
+            or (not self.headers and max(map(_HDR_LEN, lines[first:stop])) >= 0)
         ):
-            return self._deliver_each(sub, batch, start, stop)
-        line: proto.PubLine = batch[start]
-        subject = line[0]
+            return self._deliver_each(sub, batch, first, stop)
+        subject = lines[first][0]
         if sub.head_subject != subject:
             sub.head_subject = subject
             sub.head = f"MSG {subject} {sub.sid}".encode()
@@ -475,21 +472,15 @@ class ClientConnection(asyncio.Protocol):
         if not out and not self._flush_scheduled:
             self._flush_scheduled = True
             self._call_soon(self.flush)
-        if stop - start == 2:
-            # One control line: one piece, whatever the number of messages.
-            bodies: list[bytes] = batch[start + 1]
+        starts, bodies = batch.starts, batch.bodies
+        append = out.append
+        for r in range(first, stop):
+            line = lines[r]
             head = (prefix if line[3] < 0 else b"H" + prefix) + line[4]
-            out.append(head)
-            out.append(bodies[0] if msgs == 1 else (b"\r\n" + head).join(bodies))
-            out.append(b"\r\n")
-        else:
-            hprefix = b"H" + prefix
-            append = out.append
-            for line, bodies in zip(batch[start:stop:2], batch[start + 1 : stop : 2], strict=True):
-                head = (prefix if line[3] < 0 else hprefix) + line[4]
-                append(head)
-                append(bodies[0] if len(bodies) == 1 else (b"\r\n" + head).join(bodies))
-                append(b"\r\n")
+            b0, b1 = starts[r], starts[r + 1]
+            append(head)
+            append(bodies[b0] if b1 - b0 == 1 else (b"\r\n" + head).join(bodies[b0:b1]))
+            append(b"\r\n")
         self._out_bytes += size
         self.out_msgs += msgs
         self.out_bytes += size
@@ -498,20 +489,16 @@ class ClientConnection(asyncio.Protocol):
             self.flush()
         return msgs
 
-    def _deliver_each(
-        self, sub: Subscription, batch: proto.PubBatch, start: int, stop: int
-    ) -> int:
+    def _deliver_each(self, sub: Subscription, batch: proto.PubBatch, first: int, stop: int) -> int:
         """``deliver_run`` message by message: permissions, auto-unsubscribe, clients without
         headers support."""
         delivered = 0
-        for i in range(start, stop, 2):
-            line: proto.PubLine = batch[i]
-            for body in batch[i + 1]:
-                if sub.max_msgs and sub.delivered >= sub.max_msgs:
-                    return delivered  # auto-unsubscribed: the rest is not for it
-                hdr, data = proto.split_body(line, body)
-                if self.deliver(sub, line[0], line[1], hdr, data):
-                    delivered += 1
+        for line, body in batch.messages(first, stop):
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                return delivered  # auto-unsubscribed: the rest is not for it
+            hdr, data = proto.split_body(line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                delivered += 1
         return delivered
 
     def _deliver_permitted(self, sub: Subscription, subject: str, reply: str | None) -> bool:

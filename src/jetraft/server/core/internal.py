@@ -9,7 +9,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
-from jetraft.protocol.client import PubBatch, PubLine, split_body
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.router import Router
 
@@ -108,13 +108,11 @@ class InternalClient:
         return True
 
     def deliver_run(
-        self, sub: Subscription, batch: PubBatch, start: int, stop: int, msgs: int, size: int
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
         delivered = 0
-        for i in range(start, stop, 2):
-            line: PubLine = batch[i]
-            for body in batch[i + 1]:
-                hdr, data = split_body(line, body)
-                if self.deliver(sub, line[0], line[1], hdr, data):
-                    delivered += 1
+        for line, body in batch.messages(first, stop):
+            hdr, data = split_body(line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                delivered += 1
         return delivered

@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from itertools import chain
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
-from jetraft.protocol.client import PubBatch, PubLine, split_body
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
 from jetraft.server.core.sublist import Match
@@ -58,9 +57,9 @@ class RouteSubscriber(Subscriber, Protocol):
         route_by: str | None,
     ) -> None: ...
 
-    def forward_run(self, account: Account, batch: PubBatch, start: int, stop: int) -> None:
-        """Send a group of client publishes on one subject for the peer's plain subscribers
-        (no queue groups)."""
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject) for
+        the peer's plain subscribers (no queue groups)."""
         ...
 
 
@@ -148,37 +147,33 @@ class Router:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.
 
-        Consecutive publishes on one subject with one reply form a group: matched once and
-        handed to each local subscriber in one call (which writes each run of identical
-        control lines as one piece). Queue groups and routes take each message on its own.
-        Requests from a publisher that wants no-responders notices go one by one, since the
-        notice is per message.
+        Consecutive runs on one subject with one reply form a group: matched once and handed
+        to each local subscriber in one call (which writes each run as one piece), and to
+        each route with plain interest in one frame. Queue groups take each message on its
+        own. Requests from a publisher that wants no-responders notices go one by one, since
+        the notice is per message.
         """
         sublist = account.sublist
         skip: object = None if sender.echo else sender
         no_responders = sender.no_responders
-        n = len(batch)
-        i = 0
+        lines, starts, bodies = batch.lines, batch.starts, batch.bodies
+        runs = len(lines)
+        r = 0
         in_msgs = in_bytes = out_msgs = out_bytes = 0
         one_by_one = 0  # bytes routed (and counted) by the calls for single requests
-        while i < n and not sender.closed:
-            line: PubLine = batch[i]
+        while r < runs and not sender.closed:
+            line = lines[r]
             subject, reply = line[0], line[1]
-            j = i + 2
-            while j < n and batch[j][0] is subject and batch[j][1] is reply:
-                j += 2
-            if reply is not None and no_responders and (j > i + 2 or len(batch[i + 1]) > 1):
-                for x in range(i, j, 2):
-                    for body in batch[x + 1]:
-                        one_by_one += self.route_pubs(sender, account, [batch[x], [body]])
-                i = j
+            q = r + 1
+            while q < runs and lines[q][0] is subject and lines[q][1] is reply:
+                q += 1
+            k = starts[q] - starts[r]
+            if reply is not None and no_responders and k > 1:
+                for ln, body in batch.messages(r, q):
+                    one_by_one += self.route_pubs(sender, account, PubBatch.single(ln, body))
+                r = q
                 continue
-            if j == i + 2:
-                k = len(batch[i + 1])
-                size = line[2] * k
-            else:
-                k = sum(map(len, batch[i + 1 : j : 2]))
-                size = sum(map(len, chain.from_iterable(batch[i + 1 : j : 2])))
+            size = line[2] * k if q == r + 1 else sum(map(len, bodies[starts[r] : starts[q]]))
             in_msgs += k
             in_bytes += size
             match = sublist.match(subject)
@@ -189,25 +184,25 @@ class Router:
                 if conn.is_route:
                     routed = True
                 elif conn is not skip:
-                    g = conn.deliver_run(sub, batch, i, j, k, size)
+                    g = conn.deliver_run(sub, batch, r, q, k, size)
                     if g:
                         got += g
-                        out_bytes += size if g == k else _leading_bytes(batch, i, g)
+                        out_bytes += size if g == k else _leading_bytes(batch, r, g)
             if match.queues:
-                g, g_bytes = self._route_each(account, match, batch, i, j, skip)
+                g, g_bytes = self._route_each(account, match, batch, r, q, skip)
                 got += g
                 out_bytes += g_bytes
             elif routed:
                 # Plain interest only: each route gets the whole group at once.
                 for route in {s.conn: None for s in match.plain if s.conn.is_route}:
-                    cast(RouteSubscriber, route).forward_run(account, batch, i, j)
+                    cast(RouteSubscriber, route).forward_run(account, batch, r, q)
                     got += k
                     out_bytes += size
             if got:
                 out_msgs += got
             elif reply and no_responders:
                 self._no_responders(sender, subject, reply)
-            i = j
+            r = q
         stats = account.stats
         stats.in_msgs += in_msgs
         stats.in_bytes += in_bytes
@@ -218,21 +213,17 @@ class Router:
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
         """Deliver a group of client publishes on one subject that another server routed
         here (``RouteSubscriber.forward_run``): local plain subscribers only."""
-        n = len(batch)
-        if n == 2:
-            k = len(batch[1])
-            size = batch[0][2] * k
-        else:
-            k = sum(map(len, batch[1::2]))
-            size = sum(map(len, chain.from_iterable(batch[1::2])))
+        runs = len(batch.lines)
+        k = len(batch.bodies)
+        size = batch.lines[0][2] * k if runs == 1 else sum(map(len, batch.bodies))
         stats = account.stats
         stats.in_msgs += k
         stats.in_bytes += size
         got = out_bytes = 0
-        for sub in account.sublist.match(batch[0][0]).plain:
+        for sub in account.sublist.match(batch.lines[0][0]).plain:
             conn = sub.conn
             if not conn.is_route:
-                g = conn.deliver_run(sub, batch, 0, n, k, size)
+                g = conn.deliver_run(sub, batch, 0, runs, k, size)
                 if g:
                     got += g
                     out_bytes += size if g == k else _leading_bytes(batch, 0, g)
@@ -245,32 +236,30 @@ class Router:
         account: Account,
         match: Match[Subscription],
         batch: PubBatch,
-        start: int,
+        first: int,
         stop: int,
         skip: object,
     ) -> tuple[int, int]:
-        """The queue groups and routes of a group of publishes, message by message (as
-        ``route_message``). Returns (deliveries, bytes delivered)."""
+        """The queue groups and routes of runs ``first`` to ``stop`` of a batch, message by
+        message (as ``route_message``). Returns (deliveries, bytes delivered)."""
         routes = [cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route]
         got = size = 0
-        for i in range(start, stop, 2):
-            line: PubLine = batch[i]
+        for line, body in batch.messages(first, stop):
             subject, reply = line[0], line[1]
-            for body in batch[i + 1]:
-                hdr, data = split_body(line, body)
-                remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
-                n = 0
-                for members in match.queues:
-                    chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
-                    if chosen is True:
-                        n += 1
-                    elif chosen is not None:
-                        remote.setdefault(chosen, []).append(members[0].queue or "")
-                for route, queues in remote.items():
-                    route.forward(account, subject, reply, hdr, data, queues, None)
-                n += len(remote)
-                got += n
-                size += n * len(body)
+            hdr, data = split_body(line, body)
+            remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
+            n = 0
+            for members in match.queues:
+                chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
+                if chosen is True:
+                    n += 1
+                elif chosen is not None:
+                    remote.setdefault(chosen, []).append(members[0].queue or "")
+            for route, queues in remote.items():
+                route.forward(account, subject, reply, hdr, data, queues, None)
+            n += len(remote)
+            got += n
+            size += n * len(body)
         return got, size
 
     def deliver_from_route(
@@ -350,16 +339,10 @@ class Router:
                 return
 
 
-def _leading_bytes(batch: PubBatch, start: int, count: int) -> int:
-    """The bytes of the first ``count`` messages from ``batch[start]`` on."""
-    size = 0
-    i = start
-    while count > 0:
-        k = min(len(batch[i + 1]), count)
-        size += batch[i][2] * k
-        count -= k
-        i += 2
-    return size
+def _leading_bytes(batch: PubBatch, run: int, count: int) -> int:
+    """The bytes of the first ``count`` messages from run ``run`` on."""
+    first = batch.starts[run]
+    return sum(map(len, batch.bodies[first : first + count]))
 
 
 def totals(accounts: Sequence[Account]) -> AccountStats:
