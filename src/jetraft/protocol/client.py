@@ -209,6 +209,29 @@ def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLi
     return subject, reply, total, hdr_len, tail.encode()
 
 
+def _repeats(data: bytes, pos: int, raw: bytes, total: int, bodies: list[bytes]) -> int:
+    """The same control line twice in a row (``raw``, at ``pos`` again): a publisher streaming
+    one subject at one size. Take the publishes that repeat it by comparing the raw line
+    instead of searching, slicing and looking it up; returns where the general path goes on
+    (it deals with anything else, an incomplete publish included)."""
+    n = len(data)
+    step = len(raw)
+    again = b"\r\n" + raw  # a body's end and the same line once more
+    while True:
+        body_start = pos + step
+        body_end = body_start + total
+        if body_end + 2 > n:
+            return pos
+        if data.startswith(again, body_end):
+            bodies.append(data[body_start:body_end])
+            pos = body_end + 2
+            continue
+        if data[body_end] == 13 and data[body_end + 1] == 10:
+            bodies.append(data[body_start:body_end])
+            pos = body_end + 2
+        return pos
+
+
 class ClientParser:
     """Incremental parser for what a client sends to the server.
 
@@ -363,25 +386,9 @@ class ClientParser:
                 continue
             bodies.append(data[pos:body_end])
             pos = body_end + 2
-            # The same control line twice in a row: a publisher streaming one subject at one
-            # size. Compare the raw line instead of searching, slicing and looking it up.
             raw = data[start : eol + 1]
             if data.startswith(raw, pos):
-                step = eol + 1 - start
-                again = b"\r\n" + raw  # this body's end and the same line once more
-                while True:
-                    body_start = pos + step
-                    body_end = body_start + total
-                    if body_end + 2 > n:
-                        break  # the general path keeps the incomplete publish
-                    if data.startswith(again, body_end):
-                        bodies.append(data[body_start:body_end])
-                        pos = body_end + 2
-                        continue
-                    if data[body_end] == 13 and data[body_end + 1] == 10:
-                        bodies.append(data[body_start:body_end])
-                        pos = body_end + 2
-                    break  # anything else is looked at by the general path
+                pos = _repeats(data, pos, raw, total, bodies)
         if lines:
             self._dispatch(lines, starts, bodies)
 
