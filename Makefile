@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks.js_publish
 	$(BIN)/python -m benchmarks.js_consume
 	$(BIN)/python -m benchmarks.js_store
+	$(BIN)/python -m benchmarks.js_cluster
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

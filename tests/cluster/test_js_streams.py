@@ -46,6 +46,16 @@ async def test_r3_stream_is_placed_replicated_and_reported(shared_cluster: Clust
     assert all(r.active is not None and 0 < r.active < 5_000_000_000 for r in reps)  # ns
     msg = await js.get_msg("ORDERS", 7)
     assert msg.data == b"order 6"
+    # /raftz: every server runs the stream's group and agrees on its leader; the leader
+    # sees both followers holding every entry it committed.
+    raw = json.loads((await nc.request("$JS.API.STREAM.INFO.ORDERS", b"")).data)
+    group = raw["cluster"]["raft_group"]
+    views = {n.name: n.http(f"/raftz?acc=$G&group={group}")["$G"][group] for n in cl.nodes}
+    assert all(v["size"] == 3 and v["committed"] >= 50 for v in views.values())
+    assert {v["leader_name"] for v in views.values()} == {info.cluster.leader}
+    lead = views[info.cluster.leader]
+    assert lead["state"] == "LEADER" and len(lead["peers"]) == 2
+    assert all(p["last_replicated_index"] == lead["last_index"] for p in lead["peers"].values())
     await nc.close()
 
 
@@ -200,5 +210,29 @@ async def test_deleted_stream_and_consumer_are_not_found_at_once(shared_cluster:
         reply = await other.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=5)
         body = json.loads(reply.data)
         assert body.get("error", {}).get("err_code") == 10059, f"round {i}: {body}"
+    for nc in ncs:
+        await nc.close()
+
+
+async def test_direct_get_through_any_server_sees_an_acknowledged_write(
+    shared_cluster: Cluster,
+) -> None:
+    """Every replica of a stream with allow_direct answers DIRECT.GET (a KV ``get``), the
+    client's own server first. A follower answers only once it applied every commit it
+    heard of, and the commit news leaves the leader ahead of the PubAck: a ``put`` then
+    ``get`` through any server returns the value just written."""
+    await shared_cluster.wait_jetstream()
+    ncs = [await shared_cluster.connect(n) for n in shared_cluster.nodes]
+    js = ncs[0].jetstream()
+    await js.add_stream(name="KV_STALE", subjects=["$KV.STALE.>"], num_replicas=3,
+                        allow_direct=True, max_msgs_per_subject=5)
+    for i in range(60):
+        for nc in ncs:
+            value = b"%d" % i
+            await nc.jetstream().publish("$KV.STALE.k", value)
+            got = await nc.request("$JS.API.DIRECT.GET.KV_STALE.$KV.STALE.k", b"", timeout=5)
+            where = nc.connected_url.netloc if nc.connected_url else "?"
+            assert got.data == value, f"round {i}: {where} gave {got.data!r}, not {value!r}"
+    await js.delete_stream("KV_STALE")
     for nc in ncs:
         await nc.close()

@@ -10,7 +10,7 @@ import pytest
 
 from jetraft.raft.disk import MemDisk
 from jetraft.raft.membership import ChangeKind, MembershipChange
-from jetraft.raft.messages import AppendResponse, VoteResponse
+from jetraft.raft.messages import AppendEntries, AppendResponse, VoteResponse
 from jetraft.raft.node import Applied, NodeStopped, RaftNode
 from jetraft.raft.ready import NotLeader, RaftConfig, Role
 from jetraft.raft.transport import InMemoryHub
@@ -256,3 +256,23 @@ async def test_driver_asserts_the_persistence_contract(group: Group) -> None:
         node.driver.check_durable(VoteResponse(term + 5, "a", "b", True))
     with pytest.raises(AssertionError):
         node.driver.check_durable(AppendResponse(term, "a", "b", node.core.log.last_index + 10))
+
+
+async def test_a_follower_is_caught_up_only_once_it_applied_the_commits_it_heard_of(
+    group: Group,
+) -> None:
+    """Followers serve reads (direct gets) once caught_up(): every commit a leader told them
+    of is applied, even when the entries themselves are still missing."""
+    lead = await group.leader()
+    await lead.propose(b"x=1")
+    await group.converge()
+    f = next(n for n in group.nodes.values() if n is not lead)
+    group.hub.isolate(f.id)
+    res = await lead.propose(b"x=2")
+    assert f.caught_up()  # it heard of nothing newer than what it applied
+    news = AppendEntries(lead.core.term, lead.id, f.id, res.index, lead.core.term, (), res.index)
+    f.receive(news)  # the commit news arrives before the entry (which it cannot place)
+    assert not f.caught_up() and group.sms[f.id].data["x"] == "1"
+    group.hub.heal()
+    await f.wait_for(f.caught_up, 5.0)
+    assert group.sms[f.id].data["x"] == "2"

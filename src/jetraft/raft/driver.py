@@ -32,7 +32,7 @@ from typing import Protocol, runtime_checkable
 
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
-from .messages import AppendResponse, Message, VoteRequest, VoteResponse
+from .messages import AppendEntries, AppendResponse, Message, VoteRequest, VoteResponse
 from .ready import NotLeader, ProposalDropped, RaftConfig, RaftError, Ready, Role, SoftState
 from .storage import LogStore, RecoveredState, core_from_recovered, persist_ready, split_messages
 from .types import Entry, EntryKind, Membership, Snapshot
@@ -171,6 +171,7 @@ class Driver:
         self._sm_index = self.core.log.applied
         self._adopt_held_state()
         self._inbox: list[Message] = []
+        self.heard_commit = 0  # the highest commit index a leader told us of
         self._ticks_due = 0
         self._queued: list[tuple[Item, object]] = []  # proposals not yet in the log
         self._pending: dict[int, tuple[int, object]] = {}  # index -> (term, token)
@@ -216,6 +217,19 @@ class Driver:
     def receive(self, msg: Message) -> None:
         if self.state is State.RUNNING:
             self._inbox.append(msg)
+            if isinstance(msg, AppendEntries) and msg.commit > self.heard_commit:
+                self.heard_commit = msg.commit
+
+    @property
+    def applied(self) -> int:
+        """The last entry applied to the state machine."""
+        return self._sm_index
+
+    def caught_up(self) -> bool:
+        """Everything this node has heard is committed is applied here: a read served now
+        sees every write whose commit news reached this node before the read (a leader sends
+        that news before the replies that confirm the write, on the same connections)."""
+        return self._sm_index >= self.heard_commit
 
     def tick(self) -> bool:
         """One tick of the clock. True if the host must run process() (there is work)."""

@@ -251,6 +251,10 @@ class RaftNode:
             while not predicate():
                 await self._progress.wait()
 
+    def caught_up(self) -> bool:
+        """Every commit this node has heard of is applied here (see Driver.caught_up)."""
+        return self.driver.caught_up()
+
     async def wait_for_leader(self, timeout_s: float) -> str:
         await self.wait_for(lambda: self.core.lead != "", timeout_s)
         return self.core.lead

@@ -499,6 +499,10 @@ class RouteMesh:
             self._raft_flush_scheduled = True
             self.loop.call_soon(self._flush_raft)
 
+    def flush_raft(self) -> None:
+        if self._raft_out:
+            self._flush_raft()
+
     def _flush_raft(self) -> None:
         self._raft_flush_scheduled = False
         out, self._raft_out = self._raft_out, {}

@@ -94,6 +94,10 @@ class RouteOwner(Protocol):
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
 
+    def flush_raft(self) -> None:
+        """Put the RAFT messages batched so far on their routes now."""
+        ...
+
     @property
     def loop(self) -> asyncio.AbstractEventLoop: ...
 
@@ -286,6 +290,9 @@ class RouteConnection(asyncio.Protocol):
     ) -> None:
         self.out_msgs += 1
         self.out_bytes += len(data) + (len(hdr) if hdr else 0)
+        # RAFT messages produced before this message leave before it: a PubAck must not
+        # overtake the news that its entry is committed (followers serve reads).
+        self.owner.flush_raft()
         self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
 
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:

@@ -434,6 +434,12 @@ class JetStreamManager:
             disabled.close()
         self.disabled.clear()
 
+    def raftz(self, q: Mapping[str, str]) -> dict[str, Any]:
+        """The /raftz body: the RAFT groups of a clustered server (none on one server)."""
+        if self.clustered is None:
+            return {}
+        return self.clustered.raftz(q.get("acc", ""), q.get("group", ""))
+
     def jsz(self, q: Mapping[str, str]) -> dict[str, Any]:
         """The /jsz monitoring body (nats-server's shape, the parts that apply)."""
         if self.clustered is not None:

@@ -174,6 +174,10 @@ class MonitorData:
             return {"server_id": self.server.server_id, "disabled": True}
         return js.jsz(q)
 
+    def raftz(self, q: Query) -> dict[str, Any]:
+        js = self.server.jetstream
+        return {} if js is None else js.raftz(q)
+
     def routez(self, q: Query) -> dict[str, Any]:
         s = self.server
         routes = s.mesh.routez() if s.mesh is not None else []

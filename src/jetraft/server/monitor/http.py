@@ -38,6 +38,7 @@ class MonitorServer:
             "/subscriptionsz": data.subsz,
             "/jsz": data.jsz,
             "/routez": data.routez,
+            "/raftz": data.raftz,
             "/accountz": data.accountz,
         }
 

@@ -142,6 +142,7 @@ class SystemRequests:
             "SUBSZ": data.subsz,
             "ROUTEZ": data.routez,
             "JSZ": data.jsz,
+            "RAFTZ": data.raftz,
             "ACCOUNTZ": data.accountz,
             "HEALTHZ": functools.partial(healthz, server),
         }

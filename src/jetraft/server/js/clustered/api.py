@@ -81,7 +81,7 @@ STREAM_OWNED = frozenset(
 DIRECT = frozenset({"DIRECT.GET.*", "DIRECT.GET.*.>"})
 # Without a meta leader, wait this long before saying so: a leader elected meanwhile (or one
 # this server has not heard of yet) answers instead.
-LEADERLESS_WAIT_S = 0.2
+LEADERLESS_WAIT_S = 1.0
 
 
 class StreamView:
@@ -202,8 +202,19 @@ class ClusterApi:
             self._spawn(self._leaderless(route.kind, reply))
 
     async def _leaderless(self, kind: str, reply: str) -> None:
-        await asyncio.sleep(LEADERLESS_WAIT_S)
-        if self.js.meta.leader or not self.js.answers_when_leaderless():
+        """No meta leader known here: wait for one a little. If the leader we knew comes
+        back (we had only missed its heartbeats), it answered; if a new one was elected, it
+        answers 10008 (the request reached it before it led); if there is still none, the
+        smallest-named server does. The client retries on 10008."""
+        meta = self.js.meta
+        before = meta.last_leader
+        deadline = time.monotonic() + LEADERLESS_WAIT_S
+        while not meta.leader and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if meta.leader:
+            if meta.last_leader == before or not meta.is_leader:
+                return
+        elif not self.js.answers_when_leaderless():
             return
         self._reply(reply, error_response(kind, E.api_error(10008)), error=True)
 

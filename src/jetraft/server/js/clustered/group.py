@@ -273,6 +273,41 @@ class RaftGroup:
             out["replicas"] = replicas
         return out
 
+    def raftz(self) -> dict[str, Any]:
+        """This replica's view of its group for /raftz (nats-server's field names, the
+        parts that apply; ``peers`` is filled on the leader only)."""
+        node = self.node
+        if node is None:
+            return {"id": peer_id(self.host.server_name), "state": "CLOSED"}
+        st = node.status()
+        peers = {
+            peer_id(p.id): {
+                "name": p.id,
+                "known": True,
+                "voter": p.voter,
+                "last_replicated_index": p.match,
+                "lag": p.lag,
+                **({"last_seen": f"{p.last_heard_ticks_ago * TICK_S:.3f}s"}
+                   if p.last_heard_ticks_ago is not None else {}),
+            }
+            for p in st.peers if p.id != st.id
+        }
+        return {
+            "id": peer_id(st.id),
+            "state": st.role.value.upper() if isinstance(st.role, Role) else str(st.role),
+            "size": len(st.membership.voters),
+            "quorum_needed": len(st.membership.voters) // 2 + 1,
+            "committed": st.commit,
+            "applied": st.applied,
+            "leader": peer_id(st.leader) if st.leader else "",
+            "leader_name": st.leader,
+            "term": st.term,
+            "first_index": st.first_index,
+            "last_index": st.last_index,
+            "corrupt": st.corrupt,
+            "peers": peers,
+        }
+
     def status(self) -> dict[str, Any]:
         node = self.node
         if node is None:

@@ -48,7 +48,7 @@ from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
-from jetraft.server.js.clustered.group import TICK_S, peer_id
+from jetraft.server.js.clustered.group import TICK_S, RaftGroup, peer_id
 from jetraft.server.js.clustered.meta_group import MetaGroup, MetaUnavailable
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from jetraft.server.js.clustered.subjects import (
@@ -63,6 +63,9 @@ log = logging.getLogger("jetraft.js.cluster")
 
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
+# How long a server knows no meta leader before the smallest-named one answers for it
+# (shorter gaps are missed heartbeats while the leader goes on answering).
+LEADERLESS_AFTER_S = 1.0
 
 
 def expected_cluster_size(config: ServerConfig) -> int:
@@ -227,7 +230,9 @@ class ClusteredJetStream:
         """Does this server answer what the meta leader answers? The leader does; without
         one, the smallest-named connected server (see ``answers_when_leaderless``)."""
         meta = self.meta
-        return meta.is_leader or (not meta.leader and self.answers_when_leaderless())
+        return meta.is_leader or (
+            meta.leaderless_for() >= LEADERLESS_AFTER_S and self.answers_when_leaderless()
+        )
 
     def answers_when_leaderless(self) -> bool:
         """Without a meta leader, only the smallest-named connected server answers."""
@@ -500,6 +505,20 @@ class ClusteredJetStream:
         return out
 
     # --- monitoring --------------------------------------------------------------------------
+
+    def raftz(self, account: str = "", group: str = "") -> dict[str, dict[str, Any]]:
+        """/raftz: every RAFT group this server runs, by account (the meta group under the
+        system account), optionally only one account or one group."""
+        system = self.server.config.system_account or "$SYS"
+        groups: list[tuple[str, RaftGroup]] = [(system, self.meta.group)]
+        groups += [(k[0], r.group) for k, r in self.streams.items()]
+        groups += [(k[0], r.group) for k, r in self.consumers.items()]
+        out: dict[str, dict[str, Any]] = {}
+        for acc, g in groups:
+            if (account and acc != account) or (group and g.group != group):
+                continue
+            out.setdefault(acc, {})[g.group] = g.raftz()
+        return out
 
     def meta_cluster(self) -> dict[str, Any]:
         """/jsz's meta_cluster: the meta group as this server sees it."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -55,6 +56,11 @@ class MetaGroup:
         self.js_servers: dict[str, bool] = {}  # known JetStream servers -> online
         self._member_task: asyncio.Task[None] | None = None
         self._leader = ""
+        # The last leader this server knew of and its term, and since when it knows none
+        # (a follower that misses a few heartbeats loses its leader for a moment while the
+        # leader goes on answering: see ``leaderless_for``).
+        self.last_leader: tuple[str, int] = ("", 0)
+        self._lost_at: float | None = time.monotonic()
         self.listeners: list[Callable[[str], None]] = []
 
     async def start(self) -> None:
@@ -95,13 +101,22 @@ class MetaGroup:
         return self.group.is_leader
 
     def _on_role(self, ss: SoftState) -> None:
+        if ss.leader:
+            self._lost_at = None
+            if (ss.leader, ss.term) != self.last_leader:
+                log.info("JetStream cluster new metadata leader: %s", ss.leader)
+                self.last_leader = (ss.leader, ss.term)
+        elif self._lost_at is None:
+            self._lost_at = time.monotonic()
         if ss.leader != self._leader:
             self._leader = ss.leader
-            if ss.leader:
-                log.info("JetStream cluster new metadata leader: %s", ss.leader)
             self.host.meta_leader_changed(ss.leader)
         if ss.role is Role.LEADER:
             self._schedule_membership()
+
+    def leaderless_for(self) -> float:
+        """How long this server has known no meta leader (0 while it knows one)."""
+        return 0.0 if self._lost_at is None else time.monotonic() - self._lost_at
 
     async def propose(self, entry: MetaEntry) -> list[Change]:
         """Propose as leader and wait until applied here; MetaUnavailable otherwise."""

@@ -62,6 +62,8 @@ log = logging.getLogger("jetraft.js.stream")
 PROPOSE_TIMEOUT_S = 5.0
 MIN_SNAPSHOT_ENTRIES = 8192
 SNAPSHOT_CHECK_EVERY = 1024
+# How long a lagging replica holds a direct get back while it catches up.
+DIRECT_CATCH_UP_S = 2.0
 
 
 class ReplicaHost(GroupHost, Protocol):
@@ -102,6 +104,7 @@ class StreamReplica:
             self.stream.store.purge(None, sa.config.first_seq, 0)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
+        self._direct_waits: set[asyncio.Task[None]] = set()
         self.group = RaftGroup(
             host, sa.group, self, () if joining else sa.peers, on_role=self._on_role
         )
@@ -156,11 +159,30 @@ class StreamReplica:
             return
 
         def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-            handler(self, subject, reply, data)
+            node = self.group.node
+            if node is None or node.caught_up():
+                handler(self, subject, reply, data)
+                return
+            # A follower answers once it applied every write it heard was committed: a
+            # client that got a PubAck and reads through this replica sees its write.
+            task = asyncio.ensure_future(self._answer_caught_up(handler, subject, reply, data))
+            self._direct_waits.add(task)
+            task.add_done_callback(self._direct_waits.discard)
 
         base = f"$JS.API.DIRECT.GET.{self.name}"
         self.direct.subscribe(base, on_request, queue="_sys_")
         self.direct.subscribe(base + ".>", on_request, queue="_sys_")
+
+    async def _answer_caught_up(self, handler: DirectHandler, subject: str, reply: str | None,
+                                data: bytes) -> None:
+        node = self.group.node
+        if node is not None:
+            # Bounded: a replica that cannot catch up answers with what it holds (a direct
+            # get is served by any replica, as on nats-server, and is not linearizable).
+            with contextlib.suppress(TimeoutError):
+                await node.wait_for(node.caught_up, DIRECT_CATCH_UP_S)
+        if not self.closed:
+            handler(self, subject, reply, data)
 
     # --- the state machine (raft.node.StateMachine) ------------------------------------------
 
