@@ -310,6 +310,7 @@ class RouteConnection(asyncio.Protocol):
         runs = [(batch.lines[r][3], starts[r + 1] - starts[r]) for r in range(first, stop)]
         self.out_msgs += len(bodies)
         self.out_bytes += sum(map(len, bodies))
+        self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
         self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))
 
     # --- closing -----------------------------------------------------------------------------
