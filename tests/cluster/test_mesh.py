@@ -10,8 +10,10 @@ import nats.errors
 import pytest
 import trustme
 
+from tests.burst import burst, by_sid, encode, expected
 from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import Node, wait_until
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -57,6 +59,49 @@ async def test_seed_configs_form_a_mesh_and_route_messages(make_cluster: Cluster
         await a.request("nobody.home", b"?", timeout=2)
     for conn in (a, b, c):
         await conn.close()
+
+
+async def test_a_burst_routed_to_another_server_keeps_order_and_framing(
+    make_cluster: ClusterFactory,
+) -> None:
+    """A burst published on n1 reaches subscriptions on n2 (and on n1) in order, framed as one
+    message at a time: groups on a subject only plain subscriptions want travel as one route
+    frame, a subject with a queue group message by message."""
+    cl = make_cluster(2, jetstream=lambda i: False)
+    await cl.start()
+    n1, n2 = cl.nodes
+    sub = await RawClient.connect(n2.host, n2.port, headers=True)
+    await sub.send(b"SUB burst.a 7\r\nSUB burst.> 9\r\nSUB burst.q grp 13\r\n")
+    await sub.ping()
+    local = await RawClient.connect(n1.host, n1.port, headers=True)
+    await local.send(b"SUB burst.a 5\r\n")
+    await local.ping()
+    # Interest travels in order over the route: once n1 knows the helper's, it knows ours.
+    helper, asker = await cl.connect(n2), await cl.connect(n1)
+
+    async def answer(msg: nats.aio.msg.Msg) -> None:
+        await msg.respond(b"here")
+
+    await helper.subscribe("probe", cb=answer)
+    await helper.flush()
+    await wait_until(lambda: asker.request("probe", b"", timeout=0.5), what="interest at n1")
+    pub = await RawClient.connect(n1.host, n1.port, headers=True)
+    msgs = burst(("burst.a", "burst.q"))
+    await pub.send(encode(msgs))
+    await pub.ping()
+    want = {
+        "7": expected(msgs, "7", lambda s: s == "burst.a"),
+        "9": expected(msgs, "9", lambda s: s.startswith("burst.")),
+        "13": expected(msgs, "13", lambda s: s == "burst.q"),
+    }
+    assert by_sid(await sub.read_frames(sum(map(len, want.values())))) == want
+    mine = expected(msgs, "5", lambda s: s == "burst.a")
+    assert await local.read_frames(len(mine)) == mine
+    for c in (sub, local, pub):
+        await c.ping()  # nothing more arrived
+        await c.close()
+    await helper.close()
+    await asker.close()
 
 
 async def test_queue_group_members_across_servers_get_each_message_once(

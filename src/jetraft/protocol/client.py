@@ -4,13 +4,16 @@
 (one method per operation); the encoders build what the server writes back. Nothing here
 touches a socket or a clock, so tests drive it with plain bytes.
 
-The handler interface keeps the publish path free of per-message objects; ``EventCollector``
-turns the calls into NamedTuple events for tests and tools.
+The handler interface keeps the publish path free of per-message objects: the publishes of one
+read arrive together (``Handler.on_pubs``) as their parsed control lines and bodies, in order,
+so the server routes a whole buffer per call. ``EventCollector`` turns the calls into
+NamedTuple events for tests and tools.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Iterator
+from typing import Any, NamedTuple, NoReturn, Protocol
 
 import msgspec
 
@@ -66,17 +69,59 @@ PING = Ping()
 PONG = Pong()
 
 
+# A parsed PUB/HPUB control line: (subject, reply, total size, header size or -1, tail).
+# ``tail`` is what follows the sid in the MSG/HMSG line the server writes for it
+# (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple per distinct control line,
+# so consecutive publishes with the same line carry the very same object, and lines with the
+# same subject (reply) share the same str object.
+PubLine = tuple[str, str | None, int, int, bytes]
+
+class PubBatch:
+    """What ``Handler.on_pubs`` receives: publishes in the order sent, as runs. Consecutive
+    publishes with the same control line form one run: run ``r`` has the control line
+    ``lines[r]`` and the bodies ``bodies[starts[r]:starts[r + 1]]`` (``starts`` has one entry
+    more than ``lines``). A body is the header block and the payload together
+    (``split_body`` separates them). Flat lists: no object per message but its body."""
+
+    __slots__ = ("bodies", "lines", "starts")
+
+    def __init__(self, lines: list[PubLine], starts: list[int], bodies: list[bytes]) -> None:
+        self.lines = lines
+        self.starts = starts
+        self.bodies = bodies
+
+    @classmethod
+    def single(cls, line: PubLine, body: bytes) -> PubBatch:
+        return cls([line], [0, 1], [body])
+
+    def messages(self, first: int = 0, stop: int | None = None) -> Iterator[tuple[PubLine, bytes]]:
+        """(line, body) of each publish of runs ``first`` to ``stop`` (all by default)."""
+        starts, bodies = self.starts, self.bodies
+        for r in range(first, len(self.lines) if stop is None else stop):
+            line = self.lines[r]
+            for i in range(starts[r], starts[r + 1]):
+                yield line, bodies[i]
+
+
+def split_body(line: PubLine, body: bytes) -> tuple[bytes | None, bytes]:
+    """(header block or None, payload) of one publish in a batch."""
+    hdr_len = line[3]
+    if hdr_len < 0:
+        return None, body
+    return body[:hdr_len], body[hdr_len:]
+
+
 class Handler(Protocol):
     """What the parser calls for each operation, in order.
 
+    Publishes come in batches: every publish the parser found before the next other operation
+    (or the end of the input) in one ``on_pubs`` call, in the order they were sent.
     ``on_connect`` may return True to pause the parser (authentication continues elsewhere);
     the rest of the input stays buffered until ``ClientParser.resume()``.
     """
 
     def on_connect(self, options: dict[str, Any]) -> bool: ...
-    def on_pub(
-        self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes
-    ) -> None: ...
+    def on_pubs(self, batch: PubBatch) -> None: ...
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
     def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
     def on_ping(self) -> None: ...
@@ -93,8 +138,10 @@ class EventCollector:
         self.events.append(Connect(options))
         return False
 
-    def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
-        self.events.append(Pub(subject, reply, hdr, payload))
+    def on_pubs(self, batch: PubBatch) -> None:
+        for line, body in batch.messages():
+            hdr, payload = split_body(line, body)
+            self.events.append(Pub(line[0], line[1], hdr, payload))
 
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
         self.events.append(Sub(subject, queue, sid))
@@ -120,8 +167,8 @@ def _size(tok: bytes) -> int:
     return int(tok)
 
 
-def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int, int]:
-    """(subject, reply, total size, header size or -1) from the arguments of PUB/HPUB."""
+def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
+    """The parsed arguments of PUB/HPUB (see ``PubLine``)."""
     args = args_raw.split()
     hdr_len = -1
     try:
@@ -150,14 +197,47 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> tuple[str, str | None, int
         # "HPUB subj 0 n" carries no header block: nats-server delivers it as a plain MSG, and
         # an HMSG with an empty block would not parse in clients (no NATS/1.0 line).
         hdr_len = -1
-    return subject, reply_s, total, hdr_len
+    return pub_line(subject, reply_s, total, hdr_len)
+
+
+def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLine:
+    """The ``PubLine`` of a publish (``hdr_len`` -1 without headers)."""
+    if hdr_len >= 0:
+        tail = f" {reply} {hdr_len} {total}\r\n" if reply else f" {hdr_len} {total}\r\n"
+    else:
+        tail = f" {reply} {total}\r\n" if reply else f" {total}\r\n"
+    return subject, reply, total, hdr_len, tail.encode()
+
+
+def _repeats(data: bytes, pos: int, raw: bytes, total: int, bodies: list[bytes]) -> int:
+    """The same control line twice in a row (``raw``, at ``pos`` again): a publisher streaming
+    one subject at one size. Take the publishes that repeat it by comparing the raw line
+    instead of searching, slicing and looking it up; returns where the general path goes on
+    (it deals with anything else, an incomplete publish included)."""
+    n = len(data)
+    step = len(raw)
+    again = b"\r\n" + raw  # a body's end and the same line once more
+    while True:
+        body_start = pos + step
+        body_end = body_start + total
+        if body_end + 2 > n:
+            return pos
+        if data.startswith(again, body_end):
+            bodies.append(data[body_start:body_end])
+            pos = body_end + 2
+            continue
+        if data[body_end] == 13 and data[body_end + 1] == 10:
+            bodies.append(data[body_start:body_end])
+            pos = body_end + 2
+        return pos
 
 
 class ClientParser:
     """Incremental parser for what a client sends to the server.
 
     Publishing clients repeat the same few control lines (``PUB subject reply size``), so their
-    parsed form is cached by the raw line: the hot path is a find, a dict hit and two slices.
+    parsed form is cached by the raw line: the hot path is a find, a dict hit, two slices and
+    two appends to the batch handed to ``Handler.on_pubs``.
     """
 
     __slots__ = (
@@ -165,8 +245,10 @@ class ClientParser:
         "_chunks",
         "_chunks_len",
         "_handler",
+        "_headers_ok",
         "_max_control",
         "_max_payload",
+        "_names",
         "_need",
         "_paused",
         "_pending",
@@ -184,77 +266,107 @@ class ClientParser:
         self._max_payload = max_payload
         self._buf = b""
         # A publish whose body has not fully arrived, and how many bytes the chunks must reach.
-        self._pending: tuple[str, str | None, int, int] | None = None
+        self._pending: PubLine | None = None
         self._need = 0
         self._chunks: list[bytes] = []
         self._chunks_len = 0
         self._paused = False
-        self._pub_cache: dict[bytes, tuple[str, str | None, int, int]] = {}
+        self._headers_ok = True
+        self._pub_cache: dict[bytes, PubLine] = {}
+        # One str object per subject or reply among the cached lines: publishes on one subject
+        # with different sizes then share it, and the router can compare them by identity.
+        self._names: dict[str, str] = {}
 
     @property
     def paused(self) -> bool:
         return self._paused
 
+    def refuse_headers(self) -> None:
+        """From now on HPUB is a protocol violation (the client's CONNECT said no headers)."""
+        self._headers_ok = False
+        self._pub_cache.clear()  # cached HPUB lines must be parsed (and refused) again
+        self._names.clear()
+
     def resume(self) -> None:
         """Continue after ``on_connect`` paused: parse what was buffered meanwhile."""
         self._paused = False
-        self.feed(b"")
+        held, self._buf = self._buf, b""
+        self.feed(held)
 
     def feed(self, data: bytes) -> None:
-        """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation."""
+        """Consume bytes, calling the handler per operation. Raises ProtocolError on a violation
+        (after handing over the publishes that came before it)."""
         if self._paused:
             self._buf += data
             return
-        if self._pending is not None:
-            self._chunks.append(data)
-            self._chunks_len += len(data)
-            if self._chunks_len < self._need:
+        pos = 0
+        # First complete what the previous read left unfinished, without copying this read
+        # (reads are large and nearly always end inside a message).
+        while self._pending is not None or self._buf:
+            if self._pending is not None:
+                pos = self._finish_body(data, pos)
+                if pos < 0:
+                    return
+                continue
+            eol = data.find(b"\n", pos)
+            if eol < 0:
+                if len(self._buf) + len(data) - pos > self._max_control:
+                    raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                self._buf += data[pos:]
                 return
-            data = b"".join(self._chunks)
-            self._chunks.clear()
-            self._chunks_len = 0
-            pos = self._finish_body(data, 0)
-        else:
-            if self._buf:
-                data = self._buf + data
-                self._buf = b""
-            pos = 0
+            head = self._buf + data[pos : eol + 1]
+            self._buf = b""
+            pos = eol + 1
+            self._scan(head, 0)  # one control line: it may leave a publish's body pending
+            if self.paused:  # a CONNECT in that line paused the parser
+                self._buf += data[pos:]
+                return
+        self._scan(data, pos)
+
+    def _scan(self, data: bytes, pos: int) -> None:
         n = len(data)
-        handler = self._handler
         cache = self._pub_cache
         max_control = self._max_control
+        # The batch being built (see PubBatch): runs' lines and first bodies, and the bodies.
+        lines: list[PubLine] = []
+        starts: list[int] = []
+        bodies: list[bytes] = []
+        last: PubLine | None = None  # the line of the last run
         while pos < n:
+            start = pos
             eol = data.find(b"\n", pos)
             if eol < 0:
                 if n - pos > max_control:
-                    raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                    self._fail(lines, starts, bodies, ERR_MAX_CONTROL_LINE)
                 self._buf = data[pos:]
-                return
+                break
             if eol - pos > max_control:
-                raise ProtocolError(ERR_MAX_CONTROL_LINE)
+                self._fail(lines, starts, bodies, ERR_MAX_CONTROL_LINE)
             end = eol - 1 if eol > pos and data[eol - 1] == 13 else eol
             line = data[pos:end]
             pos = eol + 1
             parsed = cache.get(line)
             if parsed is None:
                 op = line[:4].upper()
-                if op == b"PUB " or op == b"PUB\t":
-                    parsed = _pub_args(line[4:], False)
-                elif op == b"HPUB" and line[4:5] in (b" ", b"\t"):
-                    parsed = _pub_args(line[5:], True)
+                if op == b"PUB " or op == b"PUB\t" or (
+                    op == b"HPUB" and line[4:5] in (b" ", b"\t")
+                ):
+                    try:
+                        parsed = self._parse_pub(line, op == b"HPUB")
+                    except ProtocolError as exc:
+                        self._fail(lines, starts, bodies, exc.text)
                 else:
+                    if lines:
+                        self._dispatch(lines, starts, bodies)
+                        lines, starts, bodies = [], [], []
+                        last = None
                     if self._other(line, op):
                         self._paused = True
                         self._buf = data[pos:]
                         return
                     continue
-                if parsed[2] > self._max_payload:
-                    raise ProtocolError(ERR_MAX_PAYLOAD)
-                if len(cache) >= _PUB_CACHE_MAX:
-                    cache.clear()
-                cache[line] = parsed
             # A publish: its body follows the control line.
-            subject, reply, total, hdr_len = parsed
+            total = parsed[2]
             body_end = pos + total
             if n < body_end + 2:
                 self._pending = parsed
@@ -262,29 +374,77 @@ class ClientParser:
                 rest = data[pos:]
                 self._chunks = [rest]
                 self._chunks_len = len(rest)
-                return
+                break
             if data[body_end] != 13 or data[body_end + 1] != 10:
-                raise ProtocolError(ERR_UNKNOWN_OP)
-            if hdr_len < 0:
-                handler.on_pub(subject, reply, None, data[pos:body_end])
-            else:
-                hdr_end = pos + hdr_len
-                handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:body_end])
+                self._fail(lines, starts, bodies, ERR_UNKNOWN_OP)
+            if parsed is not last:
+                lines.append(parsed)
+                starts.append(len(bodies))
+                bodies.append(data[pos:body_end])
+                last = parsed
+                pos = body_end + 2
+                continue
+            bodies.append(data[pos:body_end])
             pos = body_end + 2
+            raw = data[start : eol + 1]
+            if data.startswith(raw, pos):
+                pos = _repeats(data, pos, raw, total, bodies)
+        if lines:
+            self._dispatch(lines, starts, bodies)
+
+    def _dispatch(self, lines: list[PubLine], starts: list[int], bodies: list[bytes]) -> None:
+        starts.append(len(bodies))
+        self._handler.on_pubs(PubBatch(lines, starts, bodies))
+
+    def _fail(
+        self, lines: list[PubLine], starts: list[int], bodies: list[bytes], text: str
+    ) -> NoReturn:
+        """Hand over the publishes parsed before a violation, then report it."""
+        if lines:
+            self._dispatch(lines, starts, bodies)
+        raise ProtocolError(text)
+
+    def _parse_pub(self, line: bytes, with_headers: bool) -> PubLine:
+        if with_headers:
+            if not self._headers_ok:
+                raise ProtocolError(ERR_UNKNOWN_OP)
+            parsed = _pub_args(line[5:], True)
+        else:
+            parsed = _pub_args(line[4:], False)
+        if parsed[2] > self._max_payload:
+            raise ProtocolError(ERR_MAX_PAYLOAD)
+        cache = self._pub_cache
+        names = self._names
+        if len(cache) >= _PUB_CACHE_MAX:
+            cache.clear()
+            names.clear()
+        subject, reply, total, hdr_len, tail = parsed
+        subject = names.setdefault(subject, subject)
+        if reply is not None:
+            reply = names.setdefault(reply, reply)
+        parsed = cache[line] = (subject, reply, total, hdr_len, tail)
+        return parsed
 
     def _finish_body(self, data: bytes, pos: int) -> int:
-        assert self._pending is not None
-        subject, reply, total, hdr_len = self._pending
-        end = pos + total
-        if data[end : end + 2] != b"\r\n":
+        """Take the rest of a pending publish from ``data[pos:]``: the position after it, or
+        -1 when this read ends before it does."""
+        missing = self._need - self._chunks_len
+        if len(data) - pos < missing:
+            self._chunks.append(data[pos:] if pos else data)
+            self._chunks_len += len(data) - pos
+            return -1
+        self._chunks.append(data[pos : pos + missing])
+        frame = b"".join(self._chunks)
+        self._chunks = []
+        self._chunks_len = 0
+        parsed = self._pending
+        assert parsed is not None
+        total = parsed[2]
+        if frame[total:] != b"\r\n":
             raise ProtocolError(ERR_UNKNOWN_OP)
         self._pending = None
-        if hdr_len >= 0:
-            hdr_end = pos + hdr_len
-            self._handler.on_pub(subject, reply, data[pos:hdr_end], data[hdr_end:end])
-        else:
-            self._handler.on_pub(subject, reply, None, data[pos:end])
-        return end + 2
+        self._handler.on_pubs(PubBatch.single(parsed, frame[:total]))
+        return pos + missing
 
     def _other(self, line: bytes, op4: bytes) -> bool:
         """Every operation but PUB/HPUB. Returns True when the handler asked to pause."""

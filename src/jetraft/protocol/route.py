@@ -21,6 +21,9 @@ Operations:
 * MSG: one routed message with the queue groups the receiver should serve and, for
   JetStream push delivery, the subject it is routed by when that differs from the one
   shown.
+* MSGS: consecutive messages of one client on one subject with one reply, for the
+  receiver's plain subscribers only (no queue groups), as runs of bodies that share a
+  header size and a size. Sent only to peers whose INFO says ``msg_batches``.
 * RAFT: a batch of RAFT messages, each with the name of its group.
 """
 
@@ -40,6 +43,7 @@ OP_SUB = 6
 OP_UNSUB = 7
 OP_MSG = 8
 OP_RAFT = 9
+OP_MSGS = 10
 
 # A frame larger than this is a protocol violation (bounds what a peer can make us buffer):
 # room for the largest payload plus headers and a batch of RAFT messages carrying them.
@@ -96,17 +100,26 @@ class RMsg(msgspec.Struct, frozen=True, array_like=True):
     data: bytes
 
 
+class RMsgs(msgspec.Struct, frozen=True, array_like=True):
+    account: str
+    subject: str
+    reply: str | None
+    runs: list[tuple[int, int]]  # (header size or -1, how many bodies), in order
+    bodies: list[bytes]  # header block and payload together
+
+
 class RaftBatch(NamedTuple):
     items: list[tuple[str, bytes]]  # (group, encoded RAFT message)
 
 
-Event = Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RaftBatch
+Event = Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RMsgs | RaftBatch
 
 _encode = msgspec.msgpack.Encoder().encode
 _map_decoder = msgspec.msgpack.Decoder(dict[str, Any])
 _sub_decoder = msgspec.msgpack.Decoder(RSub)
 _unsub_decoder = msgspec.msgpack.Decoder(RUnsub)
 _msg_decoder = msgspec.msgpack.Decoder(RMsg)
+_msgs_decoder = msgspec.msgpack.Decoder(RMsgs)
 _raft_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
 PING_FRAME = _HEAD.pack(1, OP_PING)
@@ -149,6 +162,34 @@ def encode_msg(
     return _frame(OP_MSG, _encode(RMsg(account, subject, reply, route_by, queues, hdr, data)))
 
 
+def encode_msgs(
+    account: str,
+    subject: str,
+    reply: str | None,
+    runs: list[tuple[int, int]],
+    bodies: list[bytes],
+) -> bytes:
+    return _frame(OP_MSGS, _encode(RMsgs(account, subject, reply, runs, bodies)))
+
+
+def _check_msgs(msgs: RMsgs) -> RMsgs:
+    """Runs must cover the bodies exactly, each run one size and a header size that fits."""
+    bodies = msgs.bodies
+    pos = 0
+    for hdr_len, count in msgs.runs:
+        if count < 1 or pos + count > len(bodies):
+            raise RouteProtocolError("MSGS runs do not match their bodies")
+        size = len(bodies[pos])
+        if not (hdr_len == -1 or 0 < hdr_len <= size):
+            raise RouteProtocolError("MSGS header size out of range")
+        if count > 1 and len(set(map(len, bodies[pos : pos + count]))) != 1:
+            raise RouteProtocolError("MSGS run of mixed sizes")
+        pos += count
+    if pos != len(bodies):
+        raise RouteProtocolError("MSGS runs do not match their bodies")
+    return msgs
+
+
 def encode_raft(items: list[tuple[str, bytes]]) -> bytes:
     return _frame(OP_RAFT, _encode(items))
 
@@ -157,6 +198,8 @@ def _decode(op: int, body: bytes) -> Event:
     if op == OP_MSG:
         msg: RMsg = _msg_decoder.decode(body)
         return msg
+    if op == OP_MSGS:
+        return _check_msgs(_msgs_decoder.decode(body))
     if op == OP_RAFT:
         return RaftBatch(_raft_decoder.decode(body))
     if op == OP_SUB:

@@ -14,6 +14,7 @@ from jetraft.protocol.client import (
     EventCollector,
     ProtocolError,
     Pub,
+    PubBatch,
     Sub,
     Unsub,
     encode_msg,
@@ -151,3 +152,90 @@ def test_connect_can_pause_until_resumed() -> None:
     assert sink.events == [Connect({})]
     parser.resume()
     assert sink.events == [Connect({}), Pub("a", None, None, b"x"), PING]
+
+
+def test_pause_and_resume_at_every_split_point() -> None:
+    stream = b"CONNECT {}\r\nPUB a 1\r\nx\r\nHPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\nPING\r\n"
+    expected = [Connect({}), Pub("a", None, None, b"x"), Pub("h", None, b"NATS/1.0\r\n\r\n", b"hi"),
+                PING]
+    for cut in range(len(stream) + 1):
+        sink = PausingSink()
+        parser = ClientParser(sink)
+        parser.feed(stream[:cut])
+        parser.feed(stream[cut:])
+        assert parser.paused
+        parser.resume()
+        assert sink.events == expected, cut
+
+
+def test_publishes_before_a_violation_are_handed_over() -> None:
+    sink = EventCollector()
+    parser = ClientParser(sink)
+    with pytest.raises(ProtocolError):
+        parser.feed(b"PUB a 1\r\nx\r\nPUB b 1\r\ny\r\nNOPE\r\nPUB c 1\r\nz\r\n")
+    assert sink.events == [Pub("a", None, None, b"x"), Pub("b", None, None, b"y")]
+
+
+def test_publishes_arrive_in_one_batch_per_run_of_publishes() -> None:
+    batches: list[list[int]] = []
+
+    class Counting(EventCollector):
+        def on_pubs(self, batch: PubBatch) -> None:
+            # Consecutive publishes with the same control line form one run.
+            starts = batch.starts
+            batches.append([starts[r + 1] - starts[r] for r in range(len(batch.lines))])
+            super().on_pubs(batch)
+
+    sink = Counting()
+    parser = ClientParser(sink)
+    parser.feed(
+        b"PUB a 1\r\nx\r\nPUB a 1\r\ny\r\nPUB a 1\r\nz\r\nPUB b 2\r\nzz\r\nPUB a 1\r\nv\r\n"
+        b"PING\r\nPUB a 1\r\nw\r\n"
+    )
+    assert batches == [[3, 1, 1], [1]]
+    assert [ev.payload for ev in sink.events if isinstance(ev, Pub)] == [
+        b"x", b"y", b"z", b"zz", b"v", b"w"
+    ]
+
+
+def test_refused_headers_make_hpub_a_violation_even_when_seen_before() -> None:
+    sink = EventCollector()
+    parser = ClientParser(sink)
+    frame = b"HPUB h 12 14\r\nNATS/1.0\r\n\r\nhi\r\n"
+    parser.feed(frame)
+    parser.refuse_headers()
+    with pytest.raises(ProtocolError) as info:
+        parser.feed(frame)
+    assert info.value.text == "Unknown Protocol Operation"
+    assert sink.events == [Pub("h", None, b"NATS/1.0\r\n\r\n", b"hi")]
+
+
+@st.composite
+def publish_streams(draw: st.DrawFn) -> tuple[bytes, list[Pub]]:
+    """Publishes with few distinct control lines (so that lines repeat), payloads that may
+    hold protocol text, and some other operations between them."""
+    out: list[bytes] = []
+    events: list[Pub] = []
+    payloads = st.sampled_from([b"", b"x", b"PUB a 1\r\n", b"\r\nPUB a 1\r\nx", b"ab"])
+    for _ in range(draw(st.integers(0, 30))):
+        if draw(st.integers(0, 9)) == 0:
+            out.append(b"PING\r\n")
+            continue
+        subject = draw(st.sampled_from(["a", "b.c"]))
+        payload = draw(payloads)
+        term = draw(st.sampled_from([b"\r\n", b"\n"]))
+        out.append(b"PUB %s %d%s%s\r\n" % (subject.encode(), len(payload), term, payload))
+        events.append(Pub(subject, None, None, payload))
+    return b"".join(out), events
+
+
+@settings(max_examples=300, deadline=None)
+@given(publish_streams(), st.lists(st.integers(0, 400), max_size=6))
+def test_repeated_lines_parse_alike_at_any_split(
+    stream: tuple[bytes, list[Pub]], cuts: list[int]
+) -> None:
+    data, expected = stream
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    got = [ev for ev in parse(chunks) if isinstance(ev, Pub)]
+    assert got == expected

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from jetraft.protocol import route as rp
 
+HDR = b"NATS/1.0\r\n\r\n"
+
 
 def _frames() -> list[tuple[bytes, object]]:
     return [
@@ -22,6 +24,10 @@ def _frames() -> list[tuple[bytes, object]]:
         (
             rp.encode_msg("$G", "a.b", "_INBOX.1", None, ["q1", "q2"], b"NATS/1.0\r\n\r\n", b"x"),
             rp.RMsg("$G", "a.b", "_INBOX.1", None, ["q1", "q2"], b"NATS/1.0\r\n\r\n", b"x"),
+        ),
+        (
+            rp.encode_msgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
+            rp.RMsgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
         ),
         (rp.encode_raft([("S-1", b"\x01\x02"), ("_meta_", b"")]),
          rp.RaftBatch([("S-1", b"\x01\x02"), ("_meta_", b"")])),
@@ -54,3 +60,21 @@ def test_oversized_and_unknown_frames_are_protocol_errors() -> None:
         rp.RouteParser().feed(b"\x00\x00\x00\x01\x63")
     with pytest.raises(rp.RouteProtocolError):
         rp.RouteParser().feed(b"\x00\x00\x00\x03" + bytes([rp.OP_SUB]) + b"\xc1\xc1")
+
+
+@pytest.mark.parametrize(
+    ("runs", "bodies"),
+    [
+        ([(-1, 3)], [b"a", b"b"]),  # more counted than sent
+        ([(-1, 1)], [b"a", b"b"]),  # bodies left over
+        ([(-1, 0), (-1, 1)], [b"a"]),  # an empty run
+        ([(-1, 2)], [b"a", b"bb"]),  # one run, two sizes
+        ([(5, 1)], [b"abc"]),  # header larger than the message
+        ([(0, 1)], [b"abc"]),  # an empty header block is sent as none
+    ],
+)
+def test_inconsistent_msgs_frames_are_protocol_errors(
+    runs: list[tuple[int, int]], bodies: list[bytes]
+) -> None:
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser().feed(rp.encode_msgs("$G", "a", None, runs, bodies))

@@ -59,6 +59,59 @@ def test_matches_brute_force(ops: list[tuple[str, bool]], rnd: random.Random) ->
         else:
             victim = rnd.choice(sorted(live))
             assert sl.remove(live.pop(victim), None, victim)
-        for subject in ("a", "a.b", "a.b.c", "c.c.c.c", "b.a"):
+        # Longer subjects than any filter go through the prefix cache (see SubList).
+        subjects = ["a", "a.b", "a.b.c", "c.c.c.c", "b.a", "a.b.c.a.b", "a.a.a.a.a", "c.b.a.c",
+                    "b.c", "a.b.c.c.c.c", "c.a.b.b.b"]
+        for subject in rnd.sample(subjects, len(subjects)):
             want = {k for k, v in live.items() if subject_matches(v, subject)}
-            assert set(sl.match(subject).plain) == want
+            assert set(sl.match(subject).plain) == want, subject
+
+
+def test_unique_subjects_under_one_wildcard_share_a_prefix_entry() -> None:
+    sl: SubList[str] = SubList()
+    sl.insert("$JS.ACK.S.C.>", None, "consumer")
+    sl.insert("$JS.API.>", None, "api")
+    for seq in range(1, 1001):
+        assert sl.match(f"$JS.ACK.S.C.1.{seq}.{seq}.1700000000.0").plain == ("consumer",)
+    assert sl.cache_size() == 1
+    # A subscription deeper in that subject space changes the answer for some subjects.
+    sl.insert("$JS.ACK.S.C.1.5.*.*.*", None, "deep")
+    assert sl.match("$JS.ACK.S.C.1.5.5.1700000000.0").plain == ("consumer", "deep")
+    assert sl.match("$JS.ACK.S.C.1.6.6.1700000000.0").plain == ("consumer",)
+    assert sl.remove("$JS.ACK.S.C.1.5.*.*.*", None, "deep")
+    assert sl.match("$JS.ACK.S.C.1.5.5.1700000000.0").plain == ("consumer",)
+    # A literal subscription on one ack subject, and one that only shares a shorter prefix.
+    sl.insert("$JS.ACK.S.C.1.7.7.1.0", None, "one")
+    sl.insert("$JS.ACK.S", None, "short")
+    assert sl.match("$JS.ACK.S.C.1.7.7.1.0").plain == ("consumer", "one")
+    assert sl.match("$JS.ACK.S.C.1.8.8.1.0").plain == ("consumer",)
+    assert sl.match("$JS.ACK.T.C.1.8.8.1.0").plain == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(filters(), st.sampled_from([None, "q", "r"]), st.booleans()),
+                max_size=20), st.randoms())
+def test_queue_groups_match_brute_force(
+    ops: list[tuple[str, str | None, bool]], rnd: random.Random
+) -> None:
+    sl: SubList[int] = SubList()
+    live: dict[int, tuple[str, str | None]] = {}
+    for i, (f, queue, add) in enumerate(ops):
+        if add or not live:
+            sl.insert(f, queue, i)
+            live[i] = (f, queue)
+        else:
+            victim = rnd.choice(sorted(live))
+            vf, vq = live.pop(victim)
+            assert sl.remove(vf, vq, victim)
+        for subject in ("a.b", "a.b.c.a.b", "c.c.c.c.c", "b.a.c"):
+            m = sl.match(subject)
+            want_plain = {
+                k for k, (v, q) in live.items() if q is None and subject_matches(v, subject)
+            }
+            want_groups = {
+                frozenset(k for k, (v, q) in live.items() if q == g and subject_matches(v, subject))
+                for g in ("q", "r")
+            } - {frozenset()}
+            assert set(m.plain) == want_plain
+            assert {frozenset(g) for g in m.queues} == want_groups

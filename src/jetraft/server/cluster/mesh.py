@@ -36,6 +36,7 @@ from urllib.parse import urlsplit
 import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import route as rp
+from jetraft.protocol.client import PubBatch, pub_line
 from jetraft.server.cluster.route_conn import PeerInfo, RouteConnection
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.auth import password_matches
@@ -253,6 +254,7 @@ class RouteMesh:
             "connect_urls": [] if self.cfg.no_advertise else host.own_client_urls(),
             "jetstream": host.jetstream_enabled(),
             "tags": list(cfg.server_tags),
+            "msg_batches": True,  # MSGS frames (route protocol)
             "routes": [
                 {"id": sid, "name": r.peer.name, "url": self._peer_route_url(r)}
                 for sid, r in self.routes.items()
@@ -474,6 +476,20 @@ class RouteMesh:
         self.host.router.deliver_from_route(
             account, msg.subject, msg.reply, msg.hdr, msg.data, msg.queues, msg.route_by
         )
+
+    def remote_msgs(self, route: RouteConnection, msgs: rp.RMsgs) -> None:
+        account = self.host.account_named(msgs.account)
+        if account is None:
+            return
+        # The batch a client connection's parser would have made: one line per run.
+        lines = []
+        starts = [0]
+        for hdr_len, count in msgs.runs:
+            first = starts[-1]
+            lines.append(pub_line(msgs.subject, msgs.reply, len(msgs.bodies[first]), hdr_len))
+            starts.append(first + count)
+        batch = PubBatch(lines, starts, msgs.bodies)
+        self.host.router.deliver_pubs_from_route(account, batch)
 
     # --- RAFT --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
 from jetraft.protocol import route as rp
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
 
 log = logging.getLogger("jetraft.route")
@@ -40,6 +41,7 @@ class PeerInfo:
     known_routes: list[dict[str, str]] = field(default_factory=list)  # gossip
     lame_duck: bool = False
     version: str = ""
+    msg_batches: bool = False  # understands MSGS frames
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> PeerInfo:
@@ -60,6 +62,7 @@ class PeerInfo:
             known_routes=gossip,
             lame_duck=bool(f.get("ldm", False)),
             version=str(f.get("version", "")),
+            msg_batches=f.get("msg_batches") is True,
         )
 
 
@@ -86,6 +89,8 @@ class RouteOwner(Protocol):
     def remote_unsub(self, route: RouteConnection, unsub: rp.RUnsub) -> None: ...
 
     def remote_msg(self, route: RouteConnection, msg: rp.RMsg) -> None: ...
+
+    def remote_msgs(self, route: RouteConnection, msgs: rp.RMsgs) -> None: ...
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
 
@@ -179,6 +184,11 @@ class RouteConnection(asyncio.Protocol):
                 self.in_msgs += 1
                 self.in_bytes += len(ev.data) + (len(ev.hdr) if ev.hdr else 0)
                 owner.remote_msg(self, ev)
+        elif isinstance(ev, rp.RMsgs):
+            if self.ready:
+                self.in_msgs += len(ev.bodies)
+                self.in_bytes += sum(map(len, ev.bodies))
+                owner.remote_msgs(self, ev)
         elif isinstance(ev, rp.RaftBatch):
             if self.ready:
                 owner.remote_raft(self, ev.items)
@@ -263,6 +273,11 @@ class RouteConnection(asyncio.Protocol):
         # The router forwards to routes itself (``forward``), once per route.
         return False
 
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        return 0  # as ``deliver``: the router forwards to routes itself
+
     def forward(
         self,
         account: Account,
@@ -279,6 +294,24 @@ class RouteConnection(asyncio.Protocol):
         # overtake the news that its entry is committed (followers serve reads).
         self.owner.flush_raft()
         self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
+
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs of client publishes on one subject (``Router.route_pubs``) for the
+        peer's plain subscribers: one MSGS frame, or one MSG each for an older peer."""
+        line0 = batch.lines[first]
+        subject, reply = line0[0], line0[1]
+        if not self.peer.msg_batches:
+            for line, body in batch.messages(first, stop):
+                hdr, data = split_body(line, body)
+                self.forward(account, subject, reply, hdr, data, (), None)
+            return
+        starts = batch.starts
+        bodies = batch.bodies[starts[first] : starts[stop]]
+        runs = [(batch.lines[r][3], starts[r + 1] - starts[r]) for r in range(first, stop)]
+        self.out_msgs += len(bodies)
+        self.out_bytes += sum(map(len, bodies))
+        self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
+        self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))
 
     # --- closing -----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from jetraft.protocol.client import PubBatch
 from jetraft.server.core.sublist import SubList
 
 GLOBAL_ACCOUNT = "$G"
@@ -32,9 +33,27 @@ class Subscriber(Protocol):
         """Write one message for ``sub``; False when it was filtered out (not delivered)."""
         ...
 
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        """Write runs ``first`` to ``stop`` of ``batch`` (client publishes, all on one subject
+        with one reply; ``msgs`` messages of ``size`` bytes in all) for ``sub``, in order;
+        returns how many were delivered (always the first ones)."""
+        ...
+
 
 class Subscription:
-    __slots__ = ("conn", "delivered", "max_msgs", "queue", "sid", "subject", "weight")
+    __slots__ = (
+        "conn",
+        "delivered",
+        "head",
+        "head_subject",
+        "max_msgs",
+        "queue",
+        "sid",
+        "subject",
+        "weight",
+    )
 
     def __init__(self, conn: Subscriber, subject: str, queue: str | None, sid: str) -> None:
         self.conn = conn
@@ -44,6 +63,9 @@ class Subscription:
         self.delivered = 0
         self.max_msgs = 0  # 0: no auto-unsubscribe
         self.weight = 1  # queue members a route subscription stands for
+        # The owner's cache of b"MSG <subject> <sid>" for the last subject delivered.
+        self.head_subject = ""
+        self.head = b""
 
 
 @dataclass(slots=True)

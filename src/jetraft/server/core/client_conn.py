@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 import secrets
 import time
 from dataclasses import dataclass
@@ -24,6 +25,9 @@ log = logging.getLogger("jetraft.client")
 # Frames are written at the end of each loop turn, or earlier once this many bytes are waiting,
 # so one big read from a publisher does not pile up unbounded before the first write.
 _FLUSH_BYTES = 256 * 1024
+# Up to this many buffered pieces are written as they are (writelines), more are joined first.
+_WRITELINES_MAX = 8
+_HDR_LEN = operator.itemgetter(3)  # of a PubLine: -1 for PUB
 # nats-server's allow_responses bookkeeping: prune used-up and expired reply permissions once
 # this many were added since the last prune, or a second has passed.
 REPLY_PERM_PRUNE_COUNT = 4096
@@ -103,6 +107,7 @@ class ClientConnection(asyncio.Protocol):
         self._max_pending = opts.max_pending
         self._call_soon = server.loop.call_soon
         self._route = server.router.route_message
+        self._route_pubs = server.router.route_pubs
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self._flush_scheduled = False
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
@@ -160,10 +165,15 @@ class ClientConnection(asyncio.Protocol):
         self._flush_scheduled = False
         if not self._out or self.transport is None or self.closed:
             return
-        data = b"".join(self._out) if len(self._out) > 1 else self._out[0]
-        self._out.clear()
+        out = self._out
+        if len(out) <= _WRITELINES_MAX:
+            # A few pieces (runs of messages joined already): handed over without one more
+            # copy (uvloop writes them with one writev).
+            self.transport.writelines(out)
+        else:
+            self.transport.write(b"".join(out))
+        out.clear()
         self._out_bytes = 0
-        self.transport.write(data)
         if self.transport.get_write_buffer_size() > self._max_pending:
             self.slow_consumer()
 
@@ -216,13 +226,20 @@ class ClientConnection(asyncio.Protocol):
     def on_connect(self, options: dict[str, Any]) -> bool:
         return self._connect(options)
 
+    def on_pubs(self, batch: proto.PubBatch) -> None:
+        if self._plain:
+            # The common case: an authenticated client with no permissions, pedantic or verbose
+            # (HPUB without headers support is refused by the parser): the whole read at once.
+            self.in_msgs += len(batch.bodies)
+            self.in_bytes += self._route_pubs(self, self.account, batch)
+            return
+        for line, body in batch.messages():
+            hdr, payload = proto.split_body(line, body)
+            self.on_pub(line[0], line[1], hdr, payload)
+
     def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(payload) if hdr is None else len(payload) + len(hdr)
-        if self._plain and hdr is None:
-            # The common case: an authenticated client with no permissions, pedantic or verbose.
-            self._route(self, self.account, subject, reply, None, payload)
-            return
         if self.closed:
             return
         if not self.connected:
@@ -259,6 +276,8 @@ class ClientConnection(asyncio.Protocol):
         self.no_responders = bool(o.get("no_responders", False))
         if self.no_responders and not self.headers:
             raise proto.ProtocolError("no responders requires headers support")
+        if not self.headers:
+            self.parser.refuse_headers()
         self.name = str(o.get("name", ""))
         self.lang = str(o.get("lang", ""))
         self.version = str(o.get("version", ""))
@@ -423,6 +442,64 @@ class ClientConnection(asyncio.Protocol):
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self.remove_sub(sub)
         return True
+
+    def deliver_run(
+        self,
+        sub: Subscription,
+        batch: proto.PubBatch,
+        first: int,
+        stop: int,
+        msgs: int,
+        size: int,
+    ) -> int:
+        """Write runs of publishes on one subject for ``sub`` (see ``Subscriber``), each run
+        as one piece. This runs once per subscriber per group: keep it flat."""
+        if self.closed:
+            return 0
+        lines = batch.lines
+        if (
+            self.perms is not None
+            or sub.max_msgs
+            or (not self.headers and max(map(_HDR_LEN, lines[first:stop])) >= 0)
+        ):
+            return self._deliver_each(sub, batch, first, stop)
+        subject = lines[first][0]
+        if sub.head_subject != subject:
+            sub.head_subject = subject
+            sub.head = f"MSG {subject} {sub.sid}".encode()
+        prefix = sub.head
+        out = self._out
+        if not out and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._call_soon(self.flush)
+        starts, bodies = batch.starts, batch.bodies
+        append = out.append
+        for r in range(first, stop):
+            line = lines[r]
+            head = (prefix if line[3] < 0 else b"H" + prefix) + line[4]
+            b0, b1 = starts[r], starts[r + 1]
+            append(head)
+            append(bodies[b0] if b1 - b0 == 1 else (b"\r\n" + head).join(bodies[b0:b1]))
+            append(b"\r\n")
+        self._out_bytes += size
+        self.out_msgs += msgs
+        self.out_bytes += size
+        sub.delivered += msgs
+        if self._out_bytes > _FLUSH_BYTES:
+            self.flush()
+        return msgs
+
+    def _deliver_each(self, sub: Subscription, batch: proto.PubBatch, first: int, stop: int) -> int:
+        """``deliver_run`` message by message: permissions, auto-unsubscribe, clients without
+        headers support."""
+        delivered = 0
+        for line, body in batch.messages(first, stop):
+            if sub.max_msgs and sub.delivered >= sub.max_msgs:
+                return delivered  # auto-unsubscribed: the rest is not for it
+            hdr, data = proto.split_body(line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                delivered += 1
+        return delivered
 
     def _deliver_permitted(self, sub: Subscription, subject: str, reply: str | None) -> bool:
         perms = self.perms

@@ -9,6 +9,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.router import Router
 
@@ -105,3 +106,13 @@ class InternalClient:
             # A bug in one component must not take down the publisher's connection.
             log.exception("internal handler %s failed on %s", self.name, subject)
         return True
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        delivered = 0
+        for line, body in batch.messages(first, stop):
+            hdr, data = split_body(line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                delivered += 1
+        return delivered

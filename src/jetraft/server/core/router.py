@@ -19,12 +19,17 @@ from collections.abc import Sequence
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
+from jetraft.server.core.sublist import Match
 
 
 class Publisher(Protocol):
     """The sending side of a message: a client connection (None for server components)."""
+
+    @property
+    def closed(self) -> bool: ...
 
     @property
     def echo(self) -> bool: ...
@@ -51,6 +56,11 @@ class RouteSubscriber(Subscriber, Protocol):
         queues: Sequence[str],
         route_by: str | None,
     ) -> None: ...
+
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject) for
+        the peer's plain subscribers (no queue groups)."""
+        ...
 
 
 class InterestListener(Protocol):
@@ -133,6 +143,125 @@ class Router:
             self._no_responders(sender, subject, reply)
         return delivered
 
+    def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
+        """Route the publishes of one client read (a ``ClientParser`` batch), in order;
+        returns the bytes published.
+
+        Consecutive runs on one subject with one reply form a group: matched once and handed
+        to each local subscriber in one call (which writes each run as one piece), and to
+        each route with plain interest in one frame. Queue groups take each message on its
+        own. Requests from a publisher that wants no-responders notices go one by one, since
+        the notice is per message.
+        """
+        sublist = account.sublist
+        skip: object = None if sender.echo else sender
+        no_responders = sender.no_responders
+        lines, starts, bodies = batch.lines, batch.starts, batch.bodies
+        runs = len(lines)
+        r = 0
+        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        one_by_one = 0  # bytes routed (and counted) by the calls for single requests
+        while r < runs and not sender.closed:
+            line = lines[r]
+            subject, reply = line[0], line[1]
+            q = r + 1
+            while q < runs and lines[q][0] is subject and lines[q][1] is reply:
+                q += 1
+            k = starts[q] - starts[r]
+            if reply is not None and no_responders and k > 1:
+                for ln, body in batch.messages(r, q):
+                    one_by_one += self.route_pubs(sender, account, PubBatch.single(ln, body))
+                r = q
+                continue
+            size = line[2] * k if q == r + 1 else sum(map(len, bodies[starts[r] : starts[q]]))
+            in_msgs += k
+            in_bytes += size
+            match = sublist.match(subject)
+            got = 0
+            routed = False
+            for sub in match.plain:
+                conn = sub.conn
+                if conn.is_route:
+                    routed = True
+                elif conn is not skip:
+                    g = conn.deliver_run(sub, batch, r, q, k, size)
+                    if g:
+                        got += g
+                        out_bytes += size if g == k else _leading_bytes(batch, r, g)
+            if match.queues:
+                g, g_bytes = self._route_each(account, match, batch, r, q, skip)
+                got += g
+                out_bytes += g_bytes
+            elif routed:
+                # Plain interest only: each route gets the whole group at once.
+                for route in {s.conn: None for s in match.plain if s.conn.is_route}:
+                    cast(RouteSubscriber, route).forward_run(account, batch, r, q)
+                    got += k
+                    out_bytes += size
+            if got:
+                out_msgs += got
+            elif reply and no_responders:
+                self._no_responders(sender, subject, reply)
+            r = q
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+        return in_bytes + one_by_one
+
+    def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
+        """Deliver a group of client publishes on one subject that another server routed
+        here (``RouteSubscriber.forward_run``): local plain subscribers only."""
+        runs = len(batch.lines)
+        k = len(batch.bodies)
+        size = batch.lines[0][2] * k if runs == 1 else sum(map(len, batch.bodies))
+        stats = account.stats
+        stats.in_msgs += k
+        stats.in_bytes += size
+        got = out_bytes = 0
+        for sub in account.sublist.match(batch.lines[0][0]).plain:
+            conn = sub.conn
+            if not conn.is_route:
+                g = conn.deliver_run(sub, batch, 0, runs, k, size)
+                if g:
+                    got += g
+                    out_bytes += size if g == k else _leading_bytes(batch, 0, g)
+        stats.out_msgs += got
+        stats.out_bytes += out_bytes
+        return got
+
+    def _route_each(
+        self,
+        account: Account,
+        match: Match[Subscription],
+        batch: PubBatch,
+        first: int,
+        stop: int,
+        skip: object,
+    ) -> tuple[int, int]:
+        """The queue groups and routes of runs ``first`` to ``stop`` of a batch, message by
+        message (as ``route_message``). Returns (deliveries, bytes delivered)."""
+        routes = [cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route]
+        got = size = 0
+        for line, body in batch.messages(first, stop):
+            subject, reply = line[0], line[1]
+            hdr, data = split_body(line, body)
+            remote: dict[RouteSubscriber, list[str]] = {r: [] for r in routes}
+            n = 0
+            for members in match.queues:
+                chosen = self._deliver_queue(members, skip, subject, reply, hdr, data)
+                if chosen is True:
+                    n += 1
+                elif chosen is not None:
+                    remote.setdefault(chosen, []).append(members[0].queue or "")
+            for route, queues in remote.items():
+                route.forward(account, subject, reply, hdr, data, queues, None)
+            n += len(remote)
+            got += n
+            size += n * len(body)
+        return got, size
+
     def deliver_from_route(
         self,
         account: Account,
@@ -208,6 +337,12 @@ class Router:
                 hdr = encode_headers({"Nats-Subject": subject}, status=503)
                 sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
                 return
+
+
+def _leading_bytes(batch: PubBatch, run: int, count: int) -> int:
+    """The bytes of the first ``count`` messages from run ``run`` on."""
+    first = batch.starts[run]
+    return sum(map(len, batch.bodies[first : first + count]))
 
 
 def totals(accounts: Sequence[Account]) -> AccountStats:

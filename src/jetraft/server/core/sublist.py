@@ -3,6 +3,13 @@
 Publishing asks ``match`` once per message, so results are cached per literal subject; an
 insert or remove drops only the cached subjects its filter matches (most traffic keeps hitting
 the cache while clients come and go).
+
+Subjects that are each used once (JetStream acks, ``$JS.ACK.<stream>.<consumer>.<n>.<seq>...``,
+one per message) would only churn that cache. For them a second cache is keyed by a prefix:
+when no subscription looks at the tokens after the first ``d`` (the match only needs to know
+that there are more), the result holds for every subject with those ``d`` tokens and more,
+and is stored under ``"<t1>.<t2>...<td>."``. A lookup that misses the first cache tries the
+prefix lengths stored so far.
 """
 
 from __future__ import annotations
@@ -10,11 +17,12 @@ from __future__ import annotations
 from collections.abc import Hashable
 from typing import Generic, NamedTuple, TypeVar
 
-from jetraft.protocol.subjects import subject_matches
+from jetraft.protocol.subjects import filters_overlap, subject_matches
 
 S = TypeVar("S", bound=Hashable)
 
 _CACHE_MAX = 4096
+_PREFIX_CACHE_MAX = 1024
 
 
 class Match(NamedTuple, Generic[S]):
@@ -41,13 +49,17 @@ class SubList(Generic[S]):
     def __init__(self) -> None:
         self._root: _Node[S] = _Node()
         self._cache: dict[str, Match[S]] = {}
+        # "<d tokens>." -> the match of every subject with those d tokens and more (see above),
+        # and the prefix lengths d present in it.
+        self._prefix_cache: dict[str, Match[S]] = {}
+        self._prefix_lens: list[int] = []
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
     def cache_size(self) -> int:
-        return len(self._cache)
+        return len(self._cache) + len(self._prefix_cache)
 
     def insert(self, subject: str, queue: str | None, sub: S) -> None:
         node = self._root
@@ -121,6 +133,8 @@ class SubList(Generic[S]):
             child = parent
 
     def _invalidate(self, filter_subject: str) -> None:
+        if self._prefix_cache:
+            self._invalidate_prefixes(filter_subject)
         if not self._cache:
             return
         if "*" not in filter_subject and ">" not in filter_subject:
@@ -129,14 +143,39 @@ class SubList(Generic[S]):
         for cached in [k for k in self._cache if subject_matches(filter_subject, k)]:
             del self._cache[cached]
 
+    def _invalidate_prefixes(self, filter_subject: str) -> None:
+        """Drop the prefix entries whose subjects the filter may match: they may change."""
+        pcache = self._prefix_cache
+        if "*" not in filter_subject and ">" not in filter_subject:
+            # A literal filter can only concern the entries keyed by its own prefixes.
+            for d in self._prefix_lens:
+                key = _prefix(filter_subject, d)
+                if key is not None:
+                    pcache.pop(key, None)
+            return
+        for key in [k for k in pcache if filters_overlap(filter_subject, k + ">")]:
+            del pcache[key]
+
     def match(self, subject: str) -> Match[S]:
         hit = self._cache.get(subject)
         if hit is not None:
             return hit
+        pcache = self._prefix_cache
+        if pcache:
+            for d in self._prefix_lens:
+                key = _prefix(subject, d)
+                if key is not None:
+                    hit = pcache.get(key)
+                    if hit is not None:
+                        return hit
+        toks = subject.split(".")
         plain: list[S] = []
         queues: dict[str, list[S]] = {}
-        _collect(self._root, subject.split("."), 0, plain, queues)
+        needed = _collect(self._root, toks, 0, plain, queues)
         result = Match(tuple(plain), tuple(tuple(m) for m in queues.values()))
+        if needed < len(toks):
+            self._remember_prefix(".".join(toks[:needed]) + "." if needed else "", needed, result)
+            return result
         if len(self._cache) >= _CACHE_MAX:
             # Drop the oldest half; cheap and good enough for a hot working set.
             for key in list(self._cache)[: _CACHE_MAX // 2]:
@@ -144,24 +183,52 @@ class SubList(Generic[S]):
         self._cache[subject] = result
         return result
 
+    def _remember_prefix(self, key: str, length: int, result: Match[S]) -> None:
+        pcache = self._prefix_cache
+        if len(pcache) >= _PREFIX_CACHE_MAX:
+            pcache.clear()
+            self._prefix_lens.clear()
+        pcache[key] = result
+        if length not in self._prefix_lens:
+            self._prefix_lens.append(length)
+
     def has_interest(self, subject: str) -> bool:
         m = self.match(subject)
         return bool(m.plain or m.queues)
 
 
+def _prefix(subject: str, length: int) -> str | None:
+    """The first ``length`` tokens of ``subject`` and the dot after them ("" for none), or
+    None when the subject has no more tokens than that."""
+    if not length:
+        return ""
+    parts = subject.split(".", length)
+    if len(parts) <= length:
+        return None
+    return subject[: len(subject) - len(parts[length])]
+
+
 def _collect(
     node: _Node[S], toks: list[str], i: int, plain: list[S], queues: dict[str, list[S]]
-) -> None:
+) -> int:
+    """Add the subscriptions of ``node``'s subtree matching ``toks[i:]``. Returns how many
+    leading tokens the result depended on: a node with children that was reached before the
+    last token looked at the next token; anything else only needed to know that more tokens
+    follow (the prefix cache above rests on this)."""
     if node.fwc is not None and i < len(toks):
         _add(node.fwc, plain, queues)
     if i == len(toks):
         _add(node, plain, queues)
-        return
+        return i
+    if not node.literal and node.pwc is None:
+        return i
+    needed = i + 1
     nxt = node.literal.get(toks[i])
     if nxt is not None:
-        _collect(nxt, toks, i + 1, plain, queues)
+        needed = max(needed, _collect(nxt, toks, i + 1, plain, queues))
     if node.pwc is not None:
-        _collect(node.pwc, toks, i + 1, plain, queues)
+        needed = max(needed, _collect(node.pwc, toks, i + 1, plain, queues))
+    return needed
 
 
 def _add(node: _Node[S], plain: list[S], queues: dict[str, list[S]]) -> None:
