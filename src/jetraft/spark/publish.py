@@ -24,6 +24,9 @@ from jetraft.spark.bulkparse import Frame
 from jetraft.spark.loop import JetClient
 
 TRANSIENT_ERR_CODES = frozenset({10008, 10023, 10077, 10118})
+# Payload and header bytes kept for retries while unacknowledged, on top of the message
+# window: large messages fill this before the window.
+MAX_PENDING_BYTES = 8 * 1024 * 1024
 
 
 class PublishError(RuntimeError):
@@ -59,9 +62,17 @@ class Publisher:
     PubAck (new or duplicate); otherwise ``flush()`` (or ``send``) raises.
     """
 
-    def __init__(self, nc: JetClient, window: int, ack_timeout_s: float, max_retries: int):
+    def __init__(
+        self,
+        nc: JetClient,
+        window: int,
+        ack_timeout_s: float,
+        max_retries: int,
+        max_bytes: int = MAX_PENDING_BYTES,
+    ):
         self.nc = nc
         self.window = max(1, window)
+        self.max_bytes = max_bytes
         self.ack_timeout_s = ack_timeout_s
         self.max_retries = max_retries
         self.stats = PublishStats()
@@ -73,8 +84,10 @@ class Publisher:
         self._inflight: dict[int, _Item] = {}
         self._counter = 0
         self._outstanding = 0  # sent or waiting to be resent, not yet finally acknowledged
+        self._outstanding_bytes = 0
         # Senders wake when a quarter of the window is free, not on every ack.
         self._low_water = self.window - max(1, self.window // 4)
+        self._low_bytes = max_bytes - max_bytes // 4
         self._room = asyncio.Event()
         self._room.set()
         self._idle = asyncio.Event()
@@ -105,13 +118,14 @@ class Publisher:
             if self._fatal is not None:
                 raise self._fatal
             room = self.window - self._outstanding
-            if room <= 0:
+            budget = self.max_bytes - self._outstanding_bytes
+            if room <= 0 or (budget <= 0 and self._outstanding):
                 self._room.clear()
                 await self._room.wait()
                 continue
-            k = min(room, n - i)
-            frames = self._frames(subjects[i : i + k], headers[i : i + k], payloads[i : i + k])
+            frames, k, size = self._frames(subjects, headers, payloads, i, min(n, i + room), budget)
             self._outstanding += k
+            self._outstanding_bytes += size
             self._idle.clear()
             await self._write(frames)
             i += k
@@ -127,24 +141,42 @@ class Publisher:
                 if len(hdr) + len(data) > limit:
                     raise PublishError(f"message on {subject.decode()} exceeds max_payload")
 
-    def _frames(self, subjects: list[bytes], headers: list[bytes], payloads: list[bytes]) -> bytes:
-        """HPUB frames for the messages, each registered in flight under a fresh token."""
+    def _frames(
+        self,
+        subjects: list[bytes],
+        headers: list[bytes],
+        payloads: list[bytes],
+        lo: int,
+        hi: int,
+        budget: int,
+    ) -> tuple[bytes, int, int]:
+        """HPUB frames for messages ``lo`` up to ``hi`` (excluded), stopping once ``budget``
+        bytes are taken (always at least one message), each registered in flight under a
+        fresh token. Returns (frames, message count, header and payload bytes)."""
         parts: list[bytes] = []
         append = parts.append
         inflight = self._inflight
         prefix = self._reply_prefix
         deadline = time.monotonic() + self.ack_timeout_s
         token = self._counter
-        for subject, hdr, data in zip(subjects, headers, payloads, strict=True):
+        size = 0
+        i = lo
+        while i < hi:
+            subject, hdr, data = subjects[i], headers[i], payloads[i]
+            i += 1
             token += 1
             hlen = len(hdr)
-            append(b"HPUB %s %s%d %d %d\r\n" % (subject, prefix, token, hlen, hlen + len(data)))
+            total = hlen + len(data)
+            append(b"HPUB %s %s%d %d %d\r\n" % (subject, prefix, token, hlen, total))
             append(hdr)
             append(data)
             append(b"\r\n")
             inflight[token] = (subject, hdr, data, 1, deadline)
+            size += total
+            if size >= budget:
+                break
         self._counter = token
-        return b"".join(parts)
+        return b"".join(parts), i - lo, size
 
     async def _write(self, frames: bytes) -> None:
         try:
@@ -161,9 +193,10 @@ class Publisher:
         await self.nc.flush()
         return self.stats
 
-    def _finished(self, count: int) -> None:
+    def _finished(self, count: int, size: int) -> None:
         self._outstanding -= count
-        if self._outstanding <= self._low_water:
+        self._outstanding_bytes -= size
+        if self._outstanding <= self._low_water and self._outstanding_bytes <= self._low_bytes:
             self._room.set()
         if not self._outstanding:
             self._idle.set()
@@ -179,7 +212,7 @@ class Publisher:
         inflight = self._inflight
         skip = self._skip
         stats = self.stats
-        done = 0
+        done = size = 0
         for subject, _reply, hdr, data in frames:
             try:
                 item = inflight.pop(int(subject[skip:]))
@@ -190,42 +223,45 @@ class Publisher:
                 code = hdr[9:12].decode(errors="replace") if hdr[8:9] == b" " else "?"
                 self._retry(item, f"status {code} on {item[0].decode()}")
             elif b'"error"' in data or data[:1] != b"{":
-                done += self._slow_ack(item, data)
+                if self._slow_ack(item, data):
+                    done += 1
+                    size += len(item[1]) + len(item[2])
             else:
                 stats.acked += 1
                 if b'"duplicate":true' in data:
                     stats.duplicates += 1
                 done += 1
+                size += len(item[1]) + len(item[2])
         if done:
-            self._finished(done)
+            self._finished(done, size)
 
-    def _slow_ack(self, item: _Item, data: bytes) -> int:
-        """A PubAck that is not a plain success: decode it. Returns 1 if the message is done."""
+    def _slow_ack(self, item: _Item, data: bytes) -> bool:
+        """A PubAck that is not a plain success: decode it. True if the message is done."""
         try:
             ack = json.loads(data)
         except ValueError:
             self._retry(item, "unreadable PubAck")
-            return 0
+            return False
         err = ack.get("error") if isinstance(ack, dict) else None
         if not err:
             self.stats.acked += 1
             if ack.get("duplicate"):
                 self.stats.duplicates += 1
-            return 1
+            return True
         code, err_code = int(err.get("code", 0)), int(err.get("err_code", 0))
         text = f"{err.get('description')} (err_code {err_code}) on {item[0].decode()}"
         if code == 503 or err_code in TRANSIENT_ERR_CODES:
             self._retry(item, text)
-            return 0
+            return False
         self._fail(PublishError(f"publish refused: {text}"))
-        return 1
+        return True
 
     def _retry(self, item: _Item, why: str) -> None:
         """Resend later under a new token. Never blocks: it runs in the ack callback."""
         subject, hdr, data, attempts, _ = item
         if attempts > self.max_retries:
             self._fail(PublishError(f"no PubAck after {attempts} attempts: {why}"))
-            self._finished(1)
+            self._finished(1, len(hdr) + len(data))
             return
         self.stats.retries += 1
         delay = min(1.0, 0.02 * (2 ** min(attempts + 1, 6)))
