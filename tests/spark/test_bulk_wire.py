@@ -350,12 +350,19 @@ def test_publisher_fails_on_a_permanent_refusal() -> None:
         run(go)
 
 
-def test_publisher_window_holds_senders_until_acks_free_room() -> None:
+@pytest.mark.parametrize(("window", "max_bytes", "most"), [(4, 1 << 20, 4), (100, 100, 3)])
+def test_publisher_window_holds_senders_until_acks_free_room(
+    window: int, max_bytes: int, most: int
+) -> None:
+    """At most ``window`` messages, and about ``max_bytes`` of them (the one that crosses
+    the bound still goes), are unacknowledged at any time."""
+
     async def go() -> list[int]:
         nc = FakePubNc()
-        pub = Publisher(nc, window=4, ack_timeout_s=30, max_retries=0)  # type: ignore[arg-type]
+        pub = Publisher(nc, window, 30, 0, max_bytes=max_bytes)  # type: ignore[arg-type]
         await pub.start()
-        task = asyncio.ensure_future(pub.send([b"s"] * 10, [b"NATS/1.0\r\n\r\n"] * 10, [b"x"] * 10))
+        hdr = b"NATS/1.0\r\n\r\n"  # 12 bytes + 28 of payload: 40 per message
+        task = asyncio.ensure_future(pub.send([b"s"] * 10, [hdr] * 10, [b"x" * 28] * 10))
         seen = []
         acked = 0
         while not task.done() or acked < 10:
@@ -365,10 +372,11 @@ def test_publisher_window_holds_senders_until_acks_free_room() -> None:
             for reply, _, _ in sent[acked:]:
                 nc.ack(reply, _ack(1))
                 acked += 1
-        await pub.flush()
+        stats = await pub.flush()
+        assert stats.acked == 10
         return seen
 
-    assert max(run(go)) <= 4
+    assert max(run(go)) == most
 
 
 @pytest.mark.parametrize("subject", [b"", b"a b", b"a\r\nPUB x 1", b"a..b", b"a.*", b"a.>"])
