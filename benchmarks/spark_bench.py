@@ -2,16 +2,27 @@
 
     python -m benchmarks.spark_bench [--msgs 1000000] [--size 128] [--partitions 4]
                                      [--master local[2]] [--only jetraft|nats-server]
+                                     [--cases sink,read,read-consumer,stream-read,stream-write]
 
 For each server (file storage, default settings, a fresh store): a stream BENCH with
-``allow_direct``; then
+``allow_direct``; then, one case after the other on the same stream:
 
 - sink: ``spark.range(N)`` as rows (subject, 128-byte data) written with
   ``df.write.format("jetstream")``: every row acknowledged (PubAck) before the job ends.
-  Rate = N / job time.
-- read: ``spark.read.format("jetstream").load().count()`` over the N stored messages (batched
-  direct get, Arrow batches), run twice; the better run is reported (the first also starts
-  the Python workers). Rate = N / job time.
+- read: ``spark.read.format("jetstream").load().count()`` over the N stored messages
+  (``readMode`` auto: batched direct get), run twice; the better run is reported (the first
+  also starts the Python workers).
+- read-consumer: the same with ``readMode=consumer`` (an ephemeral pull consumer per
+  partition).
+- stream-read: ``spark.readStream.format("jetstream")`` from the first sequence, trigger
+  AvailableNow, into Spark's ``noop`` sink: the N messages in one run.
+- stream-write: N rows from a Parquet copy of the sink's input (read as a file stream,
+  AvailableNow) written with ``writeStream.format("jetstream")`` to a second stream.
+
+Rate = N / job (or query) time. Beside each rate: CPU time per row of the server process, of
+Spark's Python workers (where the connector runs) and of the JVM, from /proc, so a reader
+can tell which side limits. The machine is shared with everything else running on it: the
+CPU columns are steadier than the rates.
 
 Not a test: numbers depend on the machine; they are printed, never asserted.
 """
@@ -26,11 +37,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.common import free_port, machine_summary, wait_port
 
 SERVERS = ["jetraft", "nats-server"]
+CASES = ["sink", "read", "read-consumer", "stream-read", "stream-write"]
 
 
 def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
@@ -47,7 +61,7 @@ def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def create_stream(url: str) -> None:
+def create_stream(url: str, name: str = "BENCH", subjects: tuple[str, ...] = ("bench.>",)) -> None:
     import nats
     from nats.js.api import StreamConfig
 
@@ -57,7 +71,7 @@ def create_stream(url: str) -> None:
             nc = await nats.connect(url)
             try:
                 await nc.jetstream().add_stream(
-                    StreamConfig(name="BENCH", subjects=["bench.>"], allow_direct=True)
+                    StreamConfig(name=name, subjects=list(subjects), allow_direct=True)
                 )
                 return
             except Exception:
@@ -68,6 +82,78 @@ def create_stream(url: str) -> None:
             await asyncio.sleep(0.1)
 
     asyncio.run(_do())
+
+
+# -- CPU accounting from /proc --------------------------------------------------------------
+
+_TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds of the process and its reaped children)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return int(fields[1]), ticks * _TICK_S
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class Cpu:
+    server: float = 0.0
+    workers: float = 0.0  # Spark's Python workers (the connector's reads and writes)
+    jvm: float = 0.0
+
+    def __sub__(self, other: Cpu) -> Cpu:
+        return Cpu(self.server - other.server, self.workers - other.workers, self.jvm - other.jvm)
+
+
+def cpu_now(server_pid: int) -> Cpu:
+    """CPU seconds so far: the server, and this process's descendants split into the JVM and
+    Spark's Python workers."""
+    parents: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(int(entry))
+            if st is not None:
+                parents[int(entry)], cpu[int(entry)] = st
+    me = os.getpid()
+    out = Cpu(server=cpu.get(server_pid, 0.0))
+    for pid, seconds in cpu.items():
+        p, depth = parents.get(pid, 0), 0
+        while p not in (0, 1, me) and depth < 20:
+            p, depth = parents.get(p, 0), depth + 1
+        if p != me or pid == server_pid:
+            continue
+        # Live workers count themselves; exited ones are in their reaper's (the daemon's)
+        # children times, so the sum stays consistent while workers come and go.
+        line = _cmdline(pid)
+        if "java" in line.split(" ", 1)[0]:
+            out.jvm += seconds
+        elif "pyspark" in line:
+            out.workers += seconds
+    return out
+
+
+# -- the cases ------------------------------------------------------------------------------
+
+
+@dataclass
+class Result:
+    rows_s: float
+    cpu: Cpu
+    rows: int
 
 
 def spark_session(master: str) -> Any:
@@ -92,50 +178,170 @@ def spark_session(master: str) -> Any:
     return spark
 
 
-def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, float]:
-    from pyspark.sql import functions as F
+def _timed(server_pid: int, rows: int, job: Callable[[], int | None]) -> Result:
+    before = cpu_now(server_pid)
+    t0 = time.perf_counter()
+    got = job()
+    elapsed = time.perf_counter() - t0
+    used = cpu_now(server_pid) - before
+    count = rows if got is None else got
+    if count != rows:
+        raise AssertionError(f"{count} rows, expected {rows}")
+    return Result(rows / elapsed, used, rows)
 
-    store = tempfile.mkdtemp(prefix=f"spark-bench-{kind}-")
-    port = free_port()
-    proc = start_server(kind, port, store)
-    url = f"nats://127.0.0.1:{port}"
-    try:
-        create_stream(url)
-        pad = "x" * (args.size - 8)
-        df = spark.range(0, args.msgs, 1, args.partitions).select(
+
+class Bench:
+    def __init__(self, spark: Any, args: argparse.Namespace, url: str, pid: int, tmp: str):
+        self.spark = spark
+        self.args = args
+        self.url = url
+        self.pid = pid
+        self.tmp = tmp
+
+    def source_df(self) -> Any:
+        from pyspark.sql import functions as F
+
+        pad = "x" * (self.args.size - 8)
+        return self.spark.range(0, self.args.msgs, 1, self.args.partitions).select(
             F.lit("bench.data").alias("subject"),
             F.concat(F.lpad(F.col("id").cast("string"), 8, "0"), F.lit(pad))
             .cast("binary")
             .alias("data"),
         )
-        t0 = time.perf_counter()
-        (
-            df.write.format("jetstream")
-            .mode("append")
-            .option("servers", url)
-            .option("commitBucket", "")
-            .save()
-        )
-        sink_s = time.perf_counter() - t0
-        reads = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            count = (
-                spark.read.format("jetstream")
-                .option("servers", url)
+
+    def sink(self) -> Result:
+        df = self.source_df()
+
+        def job() -> None:
+            (
+                df.write.format("jetstream")
+                .mode("append")
+                .option("servers", self.url)
+                .option("commitBucket", "")
+                .save()
+            )
+
+        return _timed(self.pid, self.args.msgs, job)
+
+    def read(self, mode: str) -> Result:
+        def job() -> int:
+            return int(
+                self.spark.read.format("jetstream")
+                .option("servers", self.url)
                 .option("stream", "BENCH")
-                .option("minPartitions", str(args.partitions))
+                .option("readMode", mode)
+                .option("minPartitions", str(self.args.partitions))
                 .load()
                 .count()
             )
-            reads.append(time.perf_counter() - t0)
-            if count != args.msgs:
-                raise AssertionError(f"{kind}: read {count} rows, expected {args.msgs}")
-        return {"sink": args.msgs / sink_s, "read": args.msgs / min(reads)}
+
+        runs = [_timed(self.pid, self.args.msgs, job) for _ in range(2)]
+        return max(runs, key=lambda r: r.rows_s)
+
+    def stream_read(self) -> Result:
+        checkpoint = tempfile.mkdtemp(dir=self.tmp)
+
+        def job() -> None:
+            query = (
+                self.spark.readStream.format("jetstream")
+                .option("servers", self.url)
+                .option("stream", "BENCH")
+                .option("minPartitions", str(self.args.partitions))
+                .load()
+                .writeStream.format("noop")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+
+        return _timed(self.pid, self.args.msgs, job)
+
+    def stream_write(self) -> Result:
+        create_stream(self.url, "BENCH2", ("bench2.>",))
+        files = os.path.join(self.tmp, "parquet")
+        if not os.path.exists(files):
+            self.source_df().write.parquet(files)
+        checkpoint = tempfile.mkdtemp(dir=self.tmp)
+        schema = self.spark.read.parquet(files).schema
+
+        def job() -> None:
+            query = (
+                self.spark.readStream.schema(schema)
+                .parquet(files)
+                .selectExpr("'bench2.data' AS subject", "data")
+                .writeStream.format("jetstream")
+                .option("servers", self.url)
+                .option("commitBucket", "")
+                .option("checkpointLocation", checkpoint)
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            if query.exception() is not None:
+                raise RuntimeError(str(query.exception()))
+
+        return _timed(self.pid, self.args.msgs, job)
+
+
+def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Result]:
+    tmp = tempfile.mkdtemp(prefix=f"spark-bench-{kind}-")
+    port = free_port()
+    proc = start_server(kind, port, os.path.join(tmp, "store"))
+    url = f"nats://127.0.0.1:{port}"
+    out: dict[str, Result] = {}
+    try:
+        create_stream(url)
+        bench = Bench(spark, args, url, proc.pid, tmp)
+        cases = args.cases
+        if any(c != "sink" and c != "stream-write" for c in cases) and "sink" not in cases:
+            cases = ["sink", *cases]  # the reads need the messages
+        for case in cases:
+            if case == "sink":
+                out[case] = bench.sink()
+            elif case == "read":
+                out[case] = bench.read("auto")
+            elif case == "read-consumer":
+                out[case] = bench.read("consumer")
+            elif case == "stream-read":
+                out[case] = bench.stream_read()
+            elif case == "stream-write":
+                out[case] = bench.stream_write()
+            print(f"  {kind} {case}: {out[case].rows_s:,.0f} rows/s", file=sys.stderr)
+        return out
     finally:
         proc.terminate()
         proc.wait(30)
-        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _us(seconds: float, rows: int) -> str:
+    return f"{seconds / rows * 1e6:.1f}"
+
+
+def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> None:
+    print(machine_summary())
+    print(
+        f"spark {args.master}, {args.msgs:,} messages x {args.size} B, "
+        f"{args.partitions} partitions; CPU in microseconds per row"
+    )
+    head = f"{'case':<14} {'server':<12} {'rows/s':>10} {'server':>7} {'workers':>8} {'jvm':>6}"
+    print(head)
+    cases = [c for c in CASES if any(c in r for r in results.values())]
+    for case in cases:
+        for kind, res in results.items():
+            if case not in res:
+                continue
+            r = res[case]
+            print(
+                f"{case:<14} {kind:<12} {r.rows_s:>10,.0f} {_us(r.cpu.server, r.rows):>7} "
+                f"{_us(r.cpu.workers, r.rows):>8} {_us(r.cpu.jvm, r.rows):>6}"
+            )
+        if len(results) == 2 and all(case in r for r in results.values()):
+            ratio = results["jetraft"][case].rows_s / results["nats-server"][case].rows_s
+            print(f"{case:<14} {'ratio j/n':<12} {ratio:>10.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,21 +351,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=SERVERS)
+    parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args(argv)
+    args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    unknown = set(args.cases) - set(CASES)
+    if unknown:
+        parser.error(f"unknown cases: {', '.join(sorted(unknown))}")
     kinds = [args.only] if args.only else SERVERS
     spark = spark_session(args.master)
     results = {kind: bench_one(spark, kind, args) for kind in kinds}
     spark.stop()
-    print(machine_summary())
-    print(
-        f"spark {args.master}, {args.msgs:,} messages x {args.size} B, {args.partitions} partitions"
-    )
-    print(f"{'server':<12} {'sink rows/s':>14} {'read rows/s':>14}")
-    for kind, r in results.items():
-        print(f"{kind:<12} {r['sink']:>14,.0f} {r['read']:>14,.0f}")
-    if len(results) == 2:
-        j, n = results["jetraft"], results["nats-server"]
-        print(f"{'ratio j/n':<12} {j['sink'] / n['sink']:>14.2f} {j['read'] / n['read']:>14.2f}")
+    report(args, results)
     return 0
 
 

@@ -146,21 +146,38 @@ def test_ack_subjects_and_subject_filters() -> None:
 
 
 def test_nats_py_internals_the_fast_paths_override_are_still_there() -> None:
-    """JetClient (spark/loop.py) overrides two private nats-py methods and calls three more
-    for read and publish speed; a nats-py release that changes them must fail here, loudly,
-    rather than in an executor."""
+    """JetClient (spark/loop.py) replaces nats-py's protocol parser (spark/bulkparse.py) and
+    calls private nats-py methods for read and publish speed; a nats-py release that changes
+    them must fail here, loudly, rather than in an executor."""
     import inspect
 
     from nats.aio.client import Client
-    from nats.protocol import command
+    from nats.protocol import command, parser
 
+    from jetraft.spark.loop import JetClient
+
+    # The read loop feeds whatever parser sits in _ps; the parser calls these back.
+    assert "self._ps.parse(" in inspect.getsource(Client._read_loop)
     params = list(inspect.signature(Client._process_msg).parameters)
     assert params == ["self", "sid", "subject", "reply", "data", "headers"]
+    for name, args in [
+        ("_process_ping", ["self"]),
+        ("_process_pong", ["self"]),
+        ("_process_err", ["self", "err_msg"]),
+        ("_process_info", ["self", "info", "initial_connection"]),
+    ]:
+        method = getattr(Client, name)
+        assert inspect.iscoroutinefunction(method), name
+        assert list(inspect.signature(method).parameters) == args, name
     assert list(inspect.signature(Client._process_headers).parameters) == ["self", "headers"]
+    assert inspect.iscoroutinefunction(parser.Parser.parse)
+    assert isinstance(parser.MAX_CONTROL_LINE_SIZE, int)
     for name in ("_send_command", "_flush_pending"):
         assert inspect.iscoroutinefunction(getattr(Client, name)), name
     assert list(inspect.signature(command.hpub_cmd).parameters)[:4] == [
         "subject", "reply", "hdr", "payload"
     ]
-    client = Client()
-    assert hasattr(client, "_max_payload") and hasattr(client, "_flush_queue")
+    client = JetClient()
+    for name in ("_max_payload", "_flush_queue", "_max_pending_size", "_pending_data_size"):
+        assert hasattr(client, name), name
+    assert client._ps is client._bulk  # the replacement parser is the one in use

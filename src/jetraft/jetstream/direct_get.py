@@ -169,24 +169,28 @@ def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: 
 def _direct_headers(
     stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()
 ) -> bytes:
-    if not msg.headers:
+    tail = "".join(f"{k}: {v}\r\n" for k, v in extra)
+    added = (
+        f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
+        f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n{tail}\r\n"
+    )
+    stored = msg.headers
+    if not stored:
         # The common case, written in one piece: same block as encode_headers would build.
-        tail = "".join(f"{k}: {v}\r\n" for k, v in extra)
-        return (
-            f"NATS/1.0\r\nNats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
-            f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n"
-            f"{tail}\r\n"
-        ).encode()
+        return b"NATS/1.0\r\n" + added.encode()
+    if stored.startswith(b"NATS/1.0") and stored.endswith(b"\r\n\r\n"):
+        # Stored headers stay as they are, ours go after them (as nats-server appends its
+        # own): no parse and re-encode per message of a batch.
+        return stored[:-2] + added.encode()
     items: list[tuple[str, str]] = []
     description = ""
     status: int | None = None
-    if msg.headers:
-        try:
-            parsed = parse_headers(msg.headers)
-            items.extend(parsed.items)
-            status, description = parsed.status, parsed.description
-        except ValueError:
-            pass
+    try:
+        parsed = parse_headers(stored)
+        items.extend(parsed.items)
+        status, description = parsed.status, parsed.description
+    except ValueError:
+        pass
     items.extend(
         (
             ("Nats-Stream", stream.name),
@@ -236,7 +240,12 @@ def _direct_batch(
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
         if sent >= req.batch or sent_bytes >= limit_bytes:
             break
-        msg = store.load_next(msg.seq + 1, req.next_by_subj or None)
+        if req.next_by_subj:
+            msg = store.load_next(msg.seq + 1, req.next_by_subj)
+        else:
+            # Unfiltered batches mostly walk consecutive sequences: a direct load is cheaper
+            # than a search; a deleted sequence falls back to the search.
+            msg = store.load(msg.seq + 1) or store.load_next(msg.seq + 1)
     eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
     yield RawReply(encode_headers(eob, status=204, description="EOB"), b"")
 

@@ -28,11 +28,10 @@ from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
-from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 from jetraft.spark import wire
-from jetraft.spark.codec import parse_ack_subject
+from jetraft.spark.bulkparse import Frame
 from jetraft.spark.loop import JetClient
 
 log = logging.getLogger("jetraft.spark")
@@ -47,10 +46,11 @@ class DataLossError(RuntimeError):
 
 @dataclass(slots=True)
 class Chunk:
-    """Column lists for a run of messages; ``times`` are RFC 3339 strings or epoch ns ints."""
+    """Column lists for a run of messages, as raw as they came: subjects as UTF-8 bytes,
+    ``times`` as RFC 3339 bytes (direct get) or epoch ns ints (consumer deliveries)."""
 
     seqs: list[int] = field(default_factory=list)
-    subjects: list[str] = field(default_factory=list)
+    subjects: list[bytes] = field(default_factory=list)
     times: list[Any] = field(default_factory=list)
     data: list[bytes] = field(default_factory=list)
     headers: list[bytes | None] = field(default_factory=list)
@@ -58,6 +58,13 @@ class Chunk:
 
     def __len__(self) -> int:
         return len(self.seqs)
+
+    def extend(self, other: Chunk) -> None:
+        self.seqs.extend(other.seqs)
+        self.subjects.extend(other.subjects)
+        self.times.extend(other.times)
+        self.data.extend(other.data)
+        self.headers.extend(other.headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +117,77 @@ async def check_data_loss(nc: Client, spec: RangeSpec, cursor: int) -> int:
 # -- direct get -------------------------------------------------------------------------
 
 
+def _after(hdr: bytes, name: bytes) -> int:
+    """Where the value of the last ``name`` header starts in a raw block, -1 if absent. The
+    last: a server appends its own headers after the stored ones."""
+    i = hdr.rfind(name)
+    return i + len(name) if i >= 0 else -1
+
+
+def header_value(raw: bytes, name: bytes) -> bytes:
+    """One header's value from a raw block (last occurrence), b"" if absent."""
+    j = _after(raw, b"\r\n" + name + b":")
+    if j < 0:
+        return b""
+    k = raw.find(b"\r\n", j)
+    return raw[j:k].strip()
+
+
+class _Collector:
+    """The answers to one direct-get request, parsed into columns as they arrive, until the
+    request's final status (``204 EOB`` for a batch, or an error status)."""
+
+    __slots__ = ("chunk", "count", "done", "end", "last", "pending", "status")
+
+    def __init__(self, end: int) -> None:
+        self.chunk = Chunk()
+        self.end = end
+        self.last = 0  # sequence of the last message received
+        self.count = 0  # messages received, in range or not
+        self.status: int | None = None
+        self.pending: int | None = None
+        self.done = asyncio.get_running_loop().create_future()
+
+    def take(self, frames: list[Frame], lo: int, hi: int) -> None:
+        """Frames ``lo .. hi - 1`` of a run, all answers to this request."""
+        if self.done.done():
+            return
+        chunk = self.chunk
+        seqs, subjects, times, data, headers = (
+            chunk.seqs, chunk.subjects, chunk.times, chunk.data, chunk.headers
+        )
+        end = self.end
+        for k in range(lo, hi):
+            hdr, payload = frames[k][2], frames[k][3]
+            if not payload and hdr[8:9] == b" ":
+                self._finish(hdr)
+                return
+            i = _after(hdr, b"\r\nNats-Sequence:")
+            if i < 0:
+                continue  # not a stored message: nothing to place it by
+            seq = int(hdr[i : hdr.find(b"\r", i)])
+            self.last = seq
+            self.count += 1
+            if seq > end:
+                continue
+            i = _after(hdr, b"\r\nNats-Subject:")
+            j = _after(hdr, b"\r\nNats-Time-Stamp:")
+            seqs.append(seq)
+            subjects.append(hdr[i : hdr.find(b"\r", i)].strip())
+            times.append(hdr[j : hdr.find(b"\r", j)].strip())
+            data.append(payload)
+            headers.append(hdr)
+
+    def _finish(self, hdr: bytes) -> None:
+        code = hdr[9:12]
+        self.status = int(code) if code.isdigit() else 0
+        if self.status == 204:
+            self.pending = int(header_value(hdr, b"Nats-Num-Pending") or b"0")
+        self.done.set_result(None)
+
+
 class _Inbox:
-    """One wildcard fast subscription; each request gets its own token and collector."""
+    """One wildcard bulk subscription; each request gets its own token and collector."""
 
     def __init__(self, nc: JetClient) -> None:
         self.nc = nc
@@ -122,21 +198,29 @@ class _Inbox:
         self.counter = 0
 
     async def start(self) -> None:
-        self.sub = await self.nc.fast_subscribe(self.prefix + ".*", self._dispatch)
+        self.sub = await self.nc.bulk_subscribe(self.prefix + ".*", self._on_frames)
 
     async def stop(self) -> None:
         if self.sub is not None:
-            await self.nc.fast_unsubscribe(self.sub)
+            await self.nc.bulk_unsubscribe(self.sub)
 
-    def _dispatch(self, subject: bytes, reply: bytes, data: bytes, headers: bytes) -> None:
-        collector = self.waiting.get(subject[self.skip :])
-        if collector is not None:
-            collector.add(data, headers)
+    def _on_frames(self, frames: list[Frame]) -> None:
+        # Answers to one request mostly come in long runs: look the collector up per run.
+        lo, n, skip = 0, len(frames), self.skip
+        while lo < n:
+            subject = frames[lo][0]
+            hi = lo + 1
+            while hi < n and frames[hi][0] == subject:
+                hi += 1
+            collector = self.waiting.get(subject[skip:])
+            if collector is not None:
+                collector.take(frames, lo, hi)
+            lo = hi
 
-    def new(self) -> tuple[str, _Collector]:
+    def new(self, end: int) -> tuple[str, _Collector]:
         self.counter += 1
         token = str(self.counter)
-        collector = _Collector()
+        collector = _Collector(end)
         self.waiting[token.encode()] = collector
         return f"{self.prefix}.{token}", collector
 
@@ -144,55 +228,13 @@ class _Inbox:
         self.waiting.pop(reply.rsplit(".", 1)[1].encode(), None)
 
 
-def header_value(raw: bytes, name: bytes) -> bytes:
-    """One header's value from a raw block (first occurrence), b"" if absent."""
-    i = raw.find(b"\r\n" + name + b":")
-    if i < 0:
-        return b""
-    j = i + len(name) + 3
-    k = raw.find(b"\r\n", j)
-    return raw[j:k].strip()
-
-
-class _Collector:
-    """The answers to one direct-get request: raw (payload, headers) pairs until a status."""
-
-    def __init__(self) -> None:
-        self.msgs: list[tuple[bytes, bytes]] = []
-        self.status: int | None = None
-        self.pending: int | None = None
-        self.done = asyncio.get_running_loop().create_future()
-
-    def add(self, data: bytes, headers: bytes) -> None:
-        if self.done.done():
-            return
-        if not data and headers[8:9] == b" ":
-            code = headers[9:12]
-            self.status = int(code) if code.isdigit() else 0
-            if self.status == 204:
-                self.pending = int(header_value(headers, b"Nats-Num-Pending") or b"0")
-            self.done.set_result(None)
-            return
-        self.msgs.append((data, headers))
-
-
-def _append_direct(chunk: Chunk, data: bytes, headers: bytes, end: int) -> int:
-    """Add one direct-get answer to the chunk (if in range); returns its sequence."""
-    seq = int(header_value(headers, b"Nats-Sequence") or b"0")
-    if seq <= end:
-        chunk.seqs.append(seq)
-        chunk.subjects.append(header_value(headers, b"Nats-Subject").decode())
-        chunk.times.append(header_value(headers, b"Nats-Time-Stamp").decode())
-        chunk.data.append(data)
-        chunk.headers.append(headers)
-    return seq
-
-
-async def _direct_request(inbox: _Inbox, spec: RangeSpec, cursor: int, count: int) -> _Collector:
-    body: dict[str, Any] = {"seq": cursor, "batch": count, "max_bytes": MAX_BATCH_BYTES}
+async def _direct_request(
+    inbox: _Inbox, spec: RangeSpec, cursor: int, count: int, end: int
+) -> _Collector:
+    body: dict[str, Any] = {"seq": cursor, "batch": count, "max_bytes": _max_bytes(inbox.nc)}
     if spec.filter_subject:
         body["next_by_subj"] = spec.filter_subject
-    reply, collector = inbox.new()
+    reply, collector = inbox.new(end)
     try:
         await inbox.nc.publish(
             f"{wire.API}.DIRECT.GET.{spec.stream}", json.dumps(body).encode(), reply=reply
@@ -203,6 +245,11 @@ async def _direct_request(inbox: _Inbox, spec: RangeSpec, cursor: int, count: in
     finally:
         inbox.forget(reply)
     return collector
+
+
+def _max_bytes(nc: Client) -> int:
+    """Bytes per answer: big enough for any single message the server accepts."""
+    return max(MAX_BATCH_BYTES, int(getattr(nc, "_max_payload", 0) or 0) + 65536)
 
 
 async def _confirm_end(nc: Client, spec: RangeSpec, cursor: int) -> int | None:
@@ -222,16 +269,14 @@ async def _read_direct_subrange(inbox: _Inbox, spec: RangeSpec, start: int, end:
     retries = _Retries(spec, f"direct get {spec.stream} {start}..{end}")
     while cursor <= end:
         count = min(spec.batch, end - cursor + 1)
-        got = await _direct_request(inbox, spec, cursor, count)
-        last = 0
-        for data, headers in got.msgs:
-            last = max(last, _append_direct(chunk, data, headers, end))
-        if got.msgs and got.status == 204:
+        got = await _direct_request(inbox, spec, cursor, count, end)
+        chunk.extend(got.chunk)
+        if got.count and got.status == 204:
             retries.ok()
-        if last >= end:
+        if got.last >= end:
             return chunk
-        if last:
-            cursor = last + 1
+        if got.last:
+            cursor = got.last + 1
         if got.status == 204 and got.pending != 0:
             continue  # cut short by max_bytes: go on from the last message
         if got.status in (204, 404):
@@ -279,7 +324,7 @@ async def read_direct(nc: JetClient, spec: RangeSpec) -> AsyncIterator[Chunk]:
         await inbox.stop()
 
 
-# -- ordered pull consumer ----------------------------------------------------------------
+# -- pull consumer ------------------------------------------------------------------------
 
 
 def _consumer_config(spec: RangeSpec, name: str, cursor: int) -> dict[str, Any]:
@@ -301,31 +346,69 @@ def _consumer_config(spec: RangeSpec, name: str, cursor: int) -> dict[str, Any]:
     return cfg
 
 
-async def _pull(nc: Client, spec: RangeSpec, name: str, count: int) -> tuple[list[Msg], int]:
-    """One no_wait pull; returns the messages and the terminating status (0 = none)."""
-    inbox = nc.new_inbox()
-    sub = await nc.subscribe(inbox, pending_msgs_limit=-1, pending_bytes_limit=-1)
-    msgs: list[Msg] = []
-    status = 0
-    try:
-        body = {"batch": count, "no_wait": True, "max_bytes": MAX_BATCH_BYTES}
-        subject = f"{wire.API}.CONSUMER.MSG.NEXT.{spec.stream}.{name}"
-        await nc.publish(subject, json.dumps(body).encode(), reply=inbox)
-        while len(msgs) < count:
-            msg = await sub.next_msg(timeout=spec.timeout_s)
-            hdrs = msg.headers
-            code = hdrs.get("Status") if hdrs else None
-            if code is not None and not msg.data:
-                if code == "100":
-                    continue  # heartbeat
-                status = int(code)
-                break
-            msgs.append(msg)
-    except nats.errors.TimeoutError:
-        status = 408 if not msgs else 0
-    finally:
-        await sub.unsubscribe()
-    return msgs, status
+class _Pull:
+    """Deliveries of one no_wait pull request, parsed into columns as they arrive: the
+    stream sequence, time and pending count come from each delivery's ack subject."""
+
+    def __init__(self, end: int, want: int) -> None:
+        self.end = end
+        self.want = want
+        self.chunk = Chunk(times_are_ns=True)
+        self.received = 0
+        self.last = 0
+        self.pending = -1
+        self.status = 0  # the status that ended the pull (0 = none yet)
+        self.progress = asyncio.Event()
+
+    @property
+    def finished(self) -> bool:
+        return self.status != 0 or self.received >= self.want
+
+    def on_frames(self, frames: list[Frame]) -> None:
+        chunk = self.chunk
+        seqs, subjects, times, data, headers = (
+            chunk.seqs, chunk.subjects, chunk.times, chunk.data, chunk.headers
+        )
+        end = self.end
+        for subject, reply, hdr, payload in frames:
+            if self.finished:
+                break  # whatever follows the end is not this pull's to count
+            if not reply:
+                if hdr[8:9] == b" " and hdr[9:12] != b"100":  # 100: a heartbeat
+                    code = hdr[9:12]
+                    self.status = int(code) if code.isdigit() else 1
+                continue
+            tokens = reply.split(b".")
+            if len(tokens) == 9:
+                seq, ts, pending = int(tokens[5]), int(tokens[7]), int(tokens[8])
+            elif len(tokens) >= 12:
+                seq, ts, pending = int(tokens[7]), int(tokens[9]), int(tokens[10])
+            else:
+                continue
+            self.received += 1
+            self.last, self.pending = seq, pending
+            if seq > end:
+                continue
+            seqs.append(seq)
+            subjects.append(subject)
+            times.append(ts)
+            data.append(payload)
+            headers.append(hdr or None)
+        self.progress.set()
+
+    def take(self) -> Chunk:
+        """What arrived since the last take."""
+        out, self.chunk = self.chunk, Chunk(times_are_ns=True)
+        return out
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Until something arrives; False when nothing did for ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self.progress.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        self.progress.clear()
+        return True
 
 
 async def _delete_consumer(nc: Client, spec: RangeSpec, name: str) -> None:
@@ -336,8 +419,10 @@ async def _delete_consumer(nc: Client, spec: RangeSpec, name: str) -> None:
         )
 
 
-async def read_consumer(nc: Client, spec: RangeSpec) -> AsyncIterator[Chunk]:
-    """Yield chunks covering ``[start, end]`` in order, via an ephemeral pull consumer."""
+async def read_consumer(nc: JetClient, spec: RangeSpec) -> AsyncIterator[Chunk]:
+    """Yield chunks covering ``[start, end]`` in order, via an ephemeral pull consumer:
+    one no_wait pull of up to ``batch`` messages at a time, its deliveries handed on as they
+    arrive."""
     cursor = await check_data_loss(nc, spec, spec.start)
     retries = _Retries(spec, f"consumer read {spec.stream} {spec.start}..{spec.end}")
     while cursor <= spec.end:
@@ -350,18 +435,29 @@ async def read_consumer(nc: Client, spec: RangeSpec) -> AsyncIterator[Chunk]:
                 spec.timeout_s,
             )
             while cursor <= spec.end:
-                msgs, status = await _pull(nc, spec, name, min(spec.batch, spec.end - cursor + 1))
-                chunk, last, pending = _consumer_chunk(msgs, spec.end)
-                if chunk.seqs and chunk.seqs[0] > cursor and not spec.filter_subjects:
-                    await check_data_loss(nc, spec, cursor)
-                if msgs:
-                    retries.ok()
-                    cursor = last + 1
-                    if chunk.seqs:
+                pull = _Pull(spec.end, min(spec.batch, spec.end - cursor + 1))
+                # One subscription per pull: deliveries carry the stored subject, so only
+                # the subscription tells whose they are; what comes after a pull ended (a
+                # trailing status, a late delivery) never mixes with the next pull's.
+                inbox = nc.new_inbox()
+                sub = await nc.bulk_subscribe(inbox, pull.on_frames)
+                try:
+                    body = {"batch": pull.want, "no_wait": True, "max_bytes": _max_bytes(nc)}
+                    subject = f"{wire.API}.CONSUMER.MSG.NEXT.{spec.stream}.{name}"
+                    await nc.publish(subject, json.dumps(body).encode(), reply=inbox)
+                    async for chunk in _drain(nc, spec, pull, cursor):
+                        cursor = chunk.seqs[-1] + 1
                         yield chunk
-                if last >= spec.end:
+                finally:
+                    await nc.bulk_unsubscribe(sub)
+                if pull.received:
+                    retries.ok()
+                    cursor = max(cursor, pull.last + 1)
+                if pull.last >= spec.end:
                     return
-                if (msgs and pending == 0) or (status == 404 and not msgs):
+                if (pull.received and pull.pending == 0) or (
+                    pull.status == 404 and not pull.received
+                ):
                     # The consumer reads its server's replica, which may lag the leader:
                     # "nothing more" is final only when the leader agrees.
                     nxt = await _confirm_end(nc, spec, cursor)
@@ -369,25 +465,40 @@ async def read_consumer(nc: Client, spec: RangeSpec) -> AsyncIterator[Chunk]:
                         return
                     await retries.failed(f"replica behind at sequence {nxt}")
                     break  # recreate the consumer at the cursor
-                if status not in (0, 404, 408) or (status == 408 and not msgs):
-                    await retries.failed(f"pull status {status}")
+                if not _pull_ended_normally(pull):
+                    await retries.failed(f"pull status {pull.status or 408}")
                     break  # recreate the consumer at the cursor
         finally:
             await _delete_consumer(nc, spec, name)
 
 
-def _consumer_chunk(msgs: list[Msg], end: int) -> tuple[Chunk, int, int]:
-    chunk = Chunk(times_are_ns=True)
-    last = 0
-    pending = -1
-    for msg in msgs:
-        meta = parse_ack_subject(msg.reply)
-        last, pending = meta.stream_seq, meta.pending
-        if meta.stream_seq > end:
-            continue
-        chunk.seqs.append(meta.stream_seq)
-        chunk.subjects.append(msg.subject)
-        chunk.times.append(meta.timestamp_ns)
-        chunk.data.append(msg.data)
-        chunk.headers.append(getattr(msg.headers, "raw", None) if msg.headers else None)
-    return chunk, last, pending
+def _pull_ended_normally(pull: _Pull) -> bool:
+    """A full batch, or a 409 byte or batch limit after some messages; a 408 after some
+    messages is a no_wait pull that found no more."""
+    if pull.received >= pull.want:
+        return True
+    if not pull.received:
+        return False
+    return pull.status in (404, 408, 409)
+
+
+async def _drain(
+    nc: JetClient, spec: RangeSpec, pull: _Pull, cursor: int
+) -> AsyncIterator[Chunk]:
+    """The pull's deliveries in range, chunk by chunk as they arrive, until it ends (or
+    nothing came for the request timeout)."""
+    while True:
+        arrived = await pull.wait(spec.timeout_s)
+        chunk = pull.take()
+        # Decided before yielding: what arrives while the caller holds the chunk is taken
+        # on the next turn, even if it completes the pull.
+        ended = pull.finished or not arrived
+        if ended and not arrived and not pull.status:
+            pull.status = 408
+        if chunk.seqs:
+            if chunk.seqs[0] > cursor and not spec.filter_subjects:
+                await check_data_loss(nc, spec, cursor)
+            cursor = chunk.seqs[-1] + 1
+            yield chunk
+        if ended:
+            return

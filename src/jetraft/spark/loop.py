@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 from nats.protocol import command as prot_command
 
+from jetraft.spark.bulkparse import BulkParser, BulkSink
 from jetraft.spark.options import ConnOptions
 
 T = TypeVar("T")
@@ -33,45 +34,46 @@ class RawHeaders(dict[str, str]):
     raw: bytes = b""
 
 
-# Fast-path handler: (subject, reply, payload, raw header block or b"") -> None. Runs on the
-# loop inside nats-py's read loop, so it must not block.
-FastHandler = Callable[[bytes, bytes, bytes, bytes], None]
-
 
 class JetClient(Client):
-    """nats-py client with two additions for bulk traffic.
+    """nats-py client with additions for bulk traffic.
 
-    - fast subscriptions: messages go straight to a synchronous handler with the raw frame
-      parts, skipping nats-py's Msg objects, header dicts, queue and task switch (which cost
-      more than the rest of a direct-get read together);
-    - publishing with a prebuilt header block (nats-py's dict form cannot repeat names).
+    - bulk subscriptions: the protocol parser (``bulkparse``) hands each run of messages for
+      them to a synchronous sink as raw frames, skipping nats-py's per-message coroutine,
+      ``Msg`` object, header dict, queue and task switch;
+    - publishing prebuilt protocol frames (many HPUBs in one write) and single messages with
+      a prebuilt header block (nats-py's dict form cannot repeat names).
     Every other subscription behaves exactly as in nats-py.
     """
 
     def __init__(self) -> None:
         super().__init__()
-        self._fast_handlers: dict[int, FastHandler] = {}
+        self._bulk = BulkParser(self)
+        self._ps = self._bulk
 
-    async def fast_subscribe(self, subject: str, handler: FastHandler) -> Subscription:
+    async def bulk_subscribe(self, subject: str, sink: BulkSink) -> Subscription:
         sub = await self.subscribe(subject, pending_msgs_limit=-1, pending_bytes_limit=-1)
-        self._fast_handlers[sub._id] = handler
+        self._bulk.sinks[sub._id] = sink
         return sub
 
-    async def fast_unsubscribe(self, sub: Subscription) -> None:
-        self._fast_handlers.pop(sub._id, None)
+    async def bulk_unsubscribe(self, sub: Subscription) -> None:
+        self._bulk.sinks.pop(sub._id, None)
         with contextlib.suppress(nats.errors.Error):
             await sub.unsubscribe()
 
-    async def _process_msg(
-        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
-    ) -> None:
-        handler = self._fast_handlers.get(sid)
-        if handler is None:
-            await super()._process_msg(sid, subject, reply, data, headers)
-            return
-        self.stats["in_msgs"] += 1
-        self.stats["in_bytes"] += len(data)
-        handler(subject, reply, data, headers or b"")
+    async def publish_frames(self, frames: bytes) -> None:
+        """Write prebuilt PUB/HPUB frames (the caller checked subjects and sizes). Raises as
+        nats-py's publish does when the connection is closed or its buffer is full."""
+        if self.is_closed:
+            raise nats.errors.ConnectionClosedError
+        if not self.is_connected and (
+            self._max_pending_size <= 0
+            or len(frames) + self._pending_data_size > self._max_pending_size
+        ):
+            raise nats.errors.OutboundBufferLimitError
+        await self._send_command(frames)
+        if self._flush_queue is not None and self._flush_queue.empty():
+            await self._flush_pending()
 
     async def _process_headers(self, headers: bytes) -> dict[str, str] | None:
         # Replaces nats-py's parser (same resulting dict: "Status", "Description" and the

@@ -131,11 +131,7 @@ def _merge(chunks: list[Chunk]) -> Chunk:
         return chunks[0]
     out = Chunk(times_are_ns=chunks[0].times_are_ns)
     for c in chunks:
-        out.seqs.extend(c.seqs)
-        out.subjects.extend(c.subjects)
-        out.times.extend(c.times)
-        out.data.extend(c.data)
-        out.headers.extend(c.headers)
+        out.extend(c)
     return out
 
 

@@ -59,22 +59,32 @@ def source_schema(include_headers: bool) -> StructType:
     return StructType(fields)
 
 
-def subject_filter(subjects: tuple[str, ...]) -> Callable[[str], bool] | None:
-    """Client-side filter for several subject filters (one is applied by the server)."""
+def subject_filter(subjects: tuple[str, ...]) -> Callable[[bytes], bool] | None:
+    """Client-side filter for several subject filters (one is applied by the server); the
+    answer is remembered per subject (streams have few distinct subjects per filter)."""
     if len(subjects) <= 1:
         return None
+    seen: dict[bytes, bool] = {}
 
-    def keep(subject: str) -> bool:
-        return any(subject_matches(p, subject) for p in subjects)
+    def keep(subject: bytes) -> bool:
+        hit = seen.get(subject)
+        if hit is None:
+            text = subject.decode("utf-8", "replace")
+            hit = any(subject_matches(p, text) for p in subjects)
+            if len(seen) < 100_000:
+                seen[subject] = hit
+        return hit
 
     return keep
 
 
 def _times(chunk: Chunk) -> pa.Array:
+    """Whole-column conversions in Arrow: epoch ns ints, or RFC 3339 text (bytes)."""
     if chunk.times_are_ns:
         ns = pa.array(chunk.times, type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     else:
-        ns = pa.array(chunk.times, type=pa.string()).cast(pa.timestamp("ns", tz="UTC"))
+        text = pa.array(chunk.times, type=pa.binary()).cast(pa.string())
+        ns = text.cast(pa.timestamp("ns", tz="UTC"))
     return ns.cast(_ARROW_TS, safe=False)
 
 
@@ -89,7 +99,7 @@ def _headers(raw: list[bytes | None]) -> pa.Array:
     return pa.array(values, type=_ARROW_HEADERS)
 
 
-def _select(chunk: Chunk, keep: Callable[[str], bool]) -> Chunk:
+def _select(chunk: Chunk, keep: Callable[[bytes], bool]) -> Chunk:
     out = Chunk(times_are_ns=chunk.times_are_ns)
     for i, subject in enumerate(chunk.subjects):
         if keep(subject):
@@ -105,7 +115,7 @@ def to_record_batch(
     chunk: Chunk,
     stream: str,
     include_headers: bool,
-    keep: Callable[[str], bool] | None = None,
+    keep: Callable[[bytes], bool] | None = None,
 ) -> pa.RecordBatch | None:
     """Arrow batch for a chunk (after the optional client-side subject filter); None if empty."""
     if keep is not None:
@@ -115,7 +125,7 @@ def to_record_batch(
         return None
     arrays = [
         pa.array([stream] * n, type=pa.string()),
-        pa.array(chunk.subjects, type=pa.string()),
+        pa.array(chunk.subjects, type=pa.binary()).cast(pa.string()),  # checks the UTF-8
         pa.array(chunk.seqs, type=pa.int64()),
         _times(chunk),
         pa.array(chunk.data, type=pa.binary()),

@@ -41,11 +41,10 @@ except ImportError:  # pragma: no cover - PySpark 4.0
 from jetraft.spark import commits, loop
 from jetraft.spark.codec import encode_header_block, row_msg_id, source_msg_id
 from jetraft.spark.options import OptionError, WriteOptions
-from jetraft.spark.publish import OutMsg, Publisher
+from jetraft.spark.publish import Publisher
 
 log = logging.getLogger("jetraft.spark")
 
-SEND_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -100,35 +99,107 @@ def _header_items(value: Any) -> list[tuple[str, str]]:
     return items
 
 
+def _clean(value: str) -> str:
+    """A header value as ``encode_header_block`` writes it (no CR/LF, no outer spaces)."""
+    return value.replace("\r", " ").replace("\n", " ").strip()
+
+
+# Columns of one chunk of rows: name -> values (Python objects, as Arrow's to_pylist gives).
+Columns = dict[str, list[Any]]
+
+
 class _Encoder:
-    """Turns row dicts into OutMsgs with their Nats-Msg-Id."""
+    """Turns chunks of rows (as columns) into subjects, header blocks and payloads, each
+    header block carrying the row's Nats-Msg-Id."""
 
     def __init__(self, opts: WriteOptions, owner: str, batch: str, partition: int):
         self.opts = opts
         self.owner = owner
         self.batch = batch
         self.partition = partition
+        self._row_prefix = _clean(row_msg_id(owner, batch, partition, 0)[:-1]).encode()
+        extra = b""
+        if opts.expected_stream:
+            extra = f"Nats-Expected-Stream: {_clean(opts.expected_stream)}\r\n".encode()
+        self._extra = extra
+        self._subjects: dict[Any, bytes] = {}
 
-    def msg_id(self, row: dict[str, Any], index: int) -> str:
+    def msg_ids(self, cols: Columns, first: int, n: int) -> list[str] | None:
+        """Per-row ids where a row names its own (msgIdColumn, or stream and sequence);
+        None when every row takes its row-index id (the fast, common case)."""
         col = self.opts.msg_id_column
-        if col is not None and row.get(col) is not None:
-            return str(row[col])
-        if row.get("stream") is not None and row.get("sequence") is not None:
-            return source_msg_id(str(row["stream"]), int(row["sequence"]))
-        return row_msg_id(self.owner, self.batch, self.partition, index)
+        own = cols.get(col) if col is not None else None
+        streams, seqs = cols.get("stream"), cols.get("sequence")
+        if own is None and (streams is None or seqs is None):
+            return None
+        ids: list[str] = []
+        for i in range(n):
+            if own is not None and own[i] is not None:
+                ids.append(str(own[i]))
+            elif streams is not None and seqs is not None and streams[i] is not None and (
+                seqs[i] is not None
+            ):
+                ids.append(source_msg_id(str(streams[i]), int(seqs[i])))
+            else:
+                ids.append(row_msg_id(self.owner, self.batch, self.partition, first + i))
+        return ids
 
-    def encode(self, row: dict[str, Any], index: int) -> OutMsg:
-        subject = self.opts.subject or row.get("subject")
-        if not subject:
-            raise ValueError(f"row {index} of partition {self.partition} has no subject")
-        items = _header_items(row.get("headers"))
-        items.append(("Nats-Msg-Id", self.msg_id(row, index)))
-        if self.opts.expected_stream:
-            items.append(("Nats-Expected-Stream", self.opts.expected_stream))
-        return OutMsg(str(subject), _as_bytes(row.get("data")), encode_header_block(items))
+    def subjects(self, cols: Columns, first: int, n: int) -> list[bytes]:
+        if self.opts.subject:
+            return [self.opts.subject.encode()] * n
+        values = cols.get("subject") or [None] * n
+        cache = self._subjects
+        out: list[bytes] = []
+        for i, value in enumerate(values):
+            subject = cache.get(value)
+            if subject is None:
+                if not value:
+                    raise ValueError(
+                        f"row {first + i} of partition {self.partition} has no subject"
+                    )
+                subject = cache[value] = _as_bytes(value)
+            out.append(subject)
+        return out
+
+    def headers(self, cols: Columns, first: int, n: int) -> list[bytes]:
+        ids = self.msg_ids(cols, first, n)
+        user = cols.get("headers")
+        extra = self._extra
+        if ids is None and user is None:
+            prefix = self._row_prefix
+            return [
+                b"NATS/1.0\r\nNats-Msg-Id: %s%d\r\n%s\r\n" % (prefix, first + i, extra)
+                for i in range(n)
+            ]
+        out: list[bytes] = []
+        for i in range(n):
+            msg_id = (
+                ids[i]
+                if ids is not None
+                else row_msg_id(self.owner, self.batch, self.partition, first + i)
+            )
+            items = _header_items(user[i]) if user is not None else []
+            if items:
+                items.append(("Nats-Msg-Id", msg_id))
+                if self.opts.expected_stream:
+                    items.append(("Nats-Expected-Stream", self.opts.expected_stream))
+                out.append(encode_header_block(items))
+            else:
+                out.append(b"NATS/1.0\r\nNats-Msg-Id: %s\r\n%s\r\n" % (
+                    _clean(msg_id).encode(), extra
+                ))
+        return out
+
+    def encode(
+        self, cols: Columns, first: int, n: int
+    ) -> tuple[list[bytes], list[bytes], list[bytes]]:
+        """(subjects, header blocks, payloads) for rows ``first .. first + n - 1``."""
+        data = cols.get("data")
+        payloads = [b""] * n if data is None else [_as_bytes(v) for v in data]
+        return self.subjects(cols, first, n), self.headers(cols, first, n), payloads
 
 
-def _maybe_fail(opts: WriteOptions, partition: int, index: int, publisher: Publisher) -> None:
+def _maybe_fail(opts: WriteOptions, partition: int, index: int) -> None:
     """Test hook (``_failOnceAtRow``): the first attempt of partition 0 dies at that row,
     after what it published so far is acknowledged; the marker file makes the retry pass."""
     marker = opts.fail_once_marker
@@ -136,16 +207,24 @@ def _maybe_fail(opts: WriteOptions, partition: int, index: int, publisher: Publi
         return
     if os.path.exists(marker):
         return
-    loop.run_sync(publisher.flush)
     with open(marker, "w") as f:
         f.write("failed once\n")
     raise RuntimeError(f"injected sink failure at row {index} (_failOnceAtRow)")
 
 
-def publish_rows(
-    opts: WriteOptions, rows: Iterable[dict[str, Any]], encoder: _Encoder
+def _fail_row(opts: WriteOptions, partition: int) -> int | None:
+    """The row at which the test hook fails this task, if it will."""
+    marker = opts.fail_once_marker
+    if opts.fail_once_at_row is None or partition != 0 or marker is None:
+        return None
+    return None if os.path.exists(marker) else opts.fail_once_at_row
+
+
+def publish_columns(
+    opts: WriteOptions, chunks: Iterable[tuple[Columns, int]], encoder: _Encoder
 ) -> tuple[int, int]:
-    """Publish every row, waiting for all PubAcks; returns (acked, duplicates)."""
+    """Publish every row of every chunk (columns, row count), waiting for all PubAcks;
+    returns (acked, duplicates)."""
 
     async def _start() -> Publisher:
         nc = await loop.connection(opts.conn)
@@ -154,31 +233,60 @@ def publish_rows(
         return pub
 
     publisher = loop.run_sync(_start)
+    fail_at = _fail_row(opts, encoder.partition)
     try:
-        chunk: list[OutMsg] = []
-        for index, row in enumerate(rows):
-            chunk.append(encoder.encode(row, index))
-            if len(chunk) >= SEND_CHUNK:
-                batch, chunk = chunk, []
-                loop.run_sync(lambda b=batch: publisher.send_many(b))  # type: ignore[misc, unused-ignore]
-            if opts.fail_once_at_row is not None:
-                if chunk:
-                    batch, chunk = chunk, []
-                    loop.run_sync(lambda b=batch: publisher.send_many(b))  # type: ignore[misc, unused-ignore]
-                _maybe_fail(opts, encoder.partition, index, publisher)
-        if chunk:
-            loop.run_sync(lambda: publisher.send_many(chunk))
+        first = 0
+        for cols, n in chunks:
+            if fail_at is not None and first <= fail_at < first + n:
+                # Publish up to and including the failing row, wait for its acks, then die.
+                cut = fail_at - first + 1
+                part = {name: values[:cut] for name, values in cols.items()}
+                msgs = encoder.encode(part, first, cut)
+                loop.run_sync(lambda m=msgs: publisher.send(*m))  # type: ignore[misc, unused-ignore]
+                loop.run_sync(publisher.flush)
+                _maybe_fail(opts, encoder.partition, fail_at)
+            msgs = encoder.encode(cols, first, n)
+            loop.run_sync(lambda m=msgs: publisher.send(*m))  # type: ignore[misc, unused-ignore]
+            first += n
         stats = loop.run_sync(publisher.flush)
         return stats.acked, stats.duplicates
     finally:
         loop.run_sync(publisher.close)
 
 
-def _arrow_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[dict[str, Any]]:
+def _arrow_columns(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[Columns, int]]:
+    """Each Arrow batch as Python lists, one conversion per column (not per row); string
+    payloads become UTF-8 bytes inside Arrow."""
     for batch in batches:
-        columns = {name: batch.column(i).to_pylist() for i, name in enumerate(batch.schema.names)}
-        for i in range(batch.num_rows):
-            yield {name: values[i] for name, values in columns.items()}
+        cols: Columns = {}
+        for i, name in enumerate(batch.schema.names):
+            column = batch.column(i)
+            if name == "data" and pa.types.is_string(column.type) | pa.types.is_large_string(
+                column.type
+            ):
+                column = column.cast(pa.binary())
+            cols[name] = column.to_pylist()
+        if batch.num_rows:
+            yield cols, batch.num_rows
+
+
+def _row_columns(rows: Iterator[Any], chunk_rows: int = 1000) -> Iterator[tuple[Columns, int]]:
+    """Spark Row objects (PySpark 4.0's streaming sink) regrouped as column chunks."""
+    chunk: list[dict[str, Any]] = []
+    for row in rows:
+        chunk.append(row.asDict(recursive=True))
+        if len(chunk) >= chunk_rows:
+            yield _to_columns(chunk), len(chunk)
+            chunk = []
+    if chunk:
+        yield _to_columns(chunk), len(chunk)
+
+
+def _to_columns(rows: list[dict[str, Any]]) -> Columns:
+    names: dict[str, None] = {}
+    for row in rows:
+        names.update(dict.fromkeys(row))
+    return {name: [row.get(name) for row in rows] for name in names}
 
 
 def _partition_id() -> int:
@@ -207,7 +315,7 @@ class JetStreamBatchWriter(DataSourceArrowWriter):  # type: ignore[misc, unused-
                 log.warning("write %s already committed; publishing nothing", self.write_id)
                 return JetStreamCommit(self.write_id, 0, partition, 0, 0, True)
         encoder = _Encoder(self.opts, owner, "0", partition)
-        acked, dups = publish_rows(self.opts, _arrow_rows(iterator), encoder)
+        acked, dups = publish_columns(self.opts, _arrow_columns(iterator), encoder)
         return JetStreamCommit(self.write_id, 0, partition, acked, dups, False)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
@@ -243,11 +351,11 @@ class JetStreamStreamWriter(DataSourceStreamWriter):  # type: ignore[misc, unuse
                 return JetStreamCommit(query_id, batch_id, partition, 0, 0, True)
         owner = self.opts.msg_id_prefix or query_id
         encoder = _Encoder(self.opts, owner, batch_text, partition)
-        acked, dups = publish_rows(self.opts, self._rows(iterator), encoder)
+        acked, dups = publish_columns(self.opts, self._columns(iterator), encoder)
         return JetStreamCommit(query_id, batch_id, partition, acked, dups, False)
 
-    def _rows(self, iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
-        return (row.asDict(recursive=True) for row in iterator)
+    def _columns(self, iterator: Iterator[Any]) -> Iterator[tuple[Columns, int]]:
+        return _row_columns(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         owners = {m.owner for m in messages if isinstance(m, JetStreamCommit)}
@@ -268,8 +376,8 @@ if HAS_STREAM_ARROW:
         """The streaming sink fed Arrow batches (PySpark 4.1+), as the batch sink is: no Row
         object per row. Same ids, same commits."""
 
-        def _rows(self, iterator: Iterator[Any]) -> Iterator[dict[str, Any]]:
-            return _arrow_rows(iterator)
+        def _columns(self, iterator: Iterator[Any]) -> Iterator[tuple[Columns, int]]:
+            return _arrow_columns(iterator)
 
 
 def stream_writer(opts: WriteOptions, schema: StructType) -> JetStreamStreamWriter:

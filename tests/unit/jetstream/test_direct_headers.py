@@ -43,3 +43,36 @@ def test_plain_message_block_matches_the_general_encoder(
     assert dict(parse_headers(block).items)["Nats-Subject"] == subject
     if ts_ns > 0:
         assert parse_time(format_time(ts_ns)) == ts_ns  # the cached seconds stay exact
+
+
+_names = st.from_regex(r"[A-Za-z][A-Za-z0-9-]{0,10}", fullmatch=True)
+_values = st.from_regex(r"[ -~]{0,12}", fullmatch=True).map(str.strip)
+
+
+@given(
+    items=st.lists(st.tuples(_names, _values), max_size=4),
+    status=st.sampled_from([None, 503]),
+    seq=st.integers(1, 2**40),
+)
+def test_stored_headers_come_first_then_ours(
+    items: list[tuple[str, str]], status: int | None, seq: int
+) -> None:
+    """Stored headers are kept as stored (repeated names and a status line too) and the
+    direct-get headers follow: what the general encoder builds from both lists."""
+    stream: Any = SimpleNamespace(name="ORDERS")
+    stored = encode_headers(items, status=status, description="x" if status else "")
+    extra = (("Nats-Num-Pending", "3"), ("Nats-Last-Sequence", str(seq - 1)))
+    msg = StoredMsg(seq, "a.b", stored, b"payload", 1_700_000_000_123_456_789)
+    ours = [
+        ("Nats-Stream", "ORDERS"),
+        ("Nats-Subject", "a.b"),
+        ("Nats-Sequence", str(seq)),
+        ("Nats-Time-Stamp", format_time(msg.ts_ns)),
+        *extra,
+    ]
+    block = _direct_headers(stream, msg, extra)
+    description = "x" if status else ""
+    assert block == encode_headers([*items, *ours], status=status, description=description)
+    parsed = parse_headers(block)
+    assert parsed.status == status
+    assert list(parsed.items) == [*items, *ours]
