@@ -59,9 +59,10 @@ def test_matches_brute_force(ops: list[tuple[str, bool]], rnd: random.Random) ->
         else:
             victim = rnd.choice(sorted(live))
             assert sl.remove(live.pop(victim), None, victim)
-        # Longer subjects than any filter go through the prefix cache (see SubList).
+        # Longer subjects than any filter go through the prefix cache, subjects with tokens
+        # no filter names (z) through the tail cache (see SubList).
         subjects = ["a", "a.b", "a.b.c", "c.c.c.c", "b.a", "a.b.c.a.b", "a.a.a.a.a", "c.b.a.c",
-                    "b.c", "a.b.c.c.c.c", "c.a.b.b.b"]
+                    "b.c", "a.b.c.c.c.c", "c.a.b.b.b", "a.z", "a.b.z", "z.z.c", "c.z.z"]
         for subject in rnd.sample(subjects, len(subjects)):
             want = {k for k, v in live.items() if subject_matches(v, subject)}
             assert set(sl.match(subject).plain) == want, subject
@@ -115,3 +116,29 @@ def test_queue_groups_match_brute_force(
             } - {frozenset()}
             assert set(m.plain) == want_plain
             assert {frozenset(g) for g in m.queues} == want_groups
+
+
+def test_unique_reply_subjects_under_one_wildcard_share_a_tail_entry() -> None:
+    sl: SubList[str] = SubList()
+    sl.insert("_INBOX.abc.*", None, "mux")
+    sl.insert("_INBOX.other.*", None, "other")
+    for n in range(1, 1001):
+        assert sl.match(f"_INBOX.abc.{n}").plain == ("mux",)
+    assert sl.cache_size() == 1
+    # The token count still matters: nothing matches one more token.
+    assert sl.match("_INBOX.abc.1.2").plain == ()
+    # A literal subscription on one reply subject changes that subject's answer only.
+    sl.insert("_INBOX.abc.7", None, "seven")
+    assert set(sl.match("_INBOX.abc.7").plain) == {"mux", "seven"}
+    assert sl.match("_INBOX.abc.8").plain == ("mux",)
+    assert sl.remove("_INBOX.abc.7", None, "seven")
+    assert sl.match("_INBOX.abc.7").plain == ("mux",)
+    # Wildcard subscriptions that overlap the pattern are seen at once.
+    sl.insert("_INBOX.*.5", "q", "q5")
+    assert sl.match("_INBOX.abc.5").queues == (("q5",),)
+    assert sl.match("_INBOX.abc.6").queues == ()
+    sl.insert("*.abc.>", None, "wide")
+    assert set(sl.match("_INBOX.abc.9").plain) == {"mux", "wide"}
+    assert sl.remove("*.abc.>", None, "wide")
+    assert sl.match("_INBOX.abc.9").plain == ("mux",)
+    assert sl.match("_INBOX.other.9").plain == ("other",)

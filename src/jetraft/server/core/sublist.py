@@ -10,6 +10,12 @@ when no subscription looks at the tokens after the first ``d`` (the match only n
 that there are more), the result holds for every subject with those ``d`` tokens and more,
 and is stored under ``"<t1>.<t2>...<td>."``. A lookup that misses the first cache tries the
 prefix lengths stored so far.
+
+Reply subjects (``_INBOX.<id>.<n>``, one per request or JetStream publish, answered through a
+wildcard subscription ``_INBOX.<id>.*``) need every token counted, so the prefix cache cannot
+hold them; but when no subscription names a literal token at their last ``t`` positions, the
+result holds for every subject with the same leading tokens and the same number of tokens. A
+third cache keeps those under ``"<leading tokens>" + ".*" * t`` (the pattern they match).
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ S = TypeVar("S", bound=Hashable)
 
 _CACHE_MAX = 4096
 _PREFIX_CACHE_MAX = 1024
+_TAIL_CACHE_MAX = 1024
 
 
 class Match(NamedTuple, Generic[S]):
@@ -53,13 +60,17 @@ class SubList(Generic[S]):
         # and the prefix lengths d present in it.
         self._prefix_cache: dict[str, Match[S]] = {}
         self._prefix_lens: list[int] = []
+        # "<leading tokens>.*.*" -> the match of every subject of that pattern (see above),
+        # and the numbers of trailing wildcard tokens present in it.
+        self._tail_cache: dict[str, Match[S]] = {}
+        self._tail_lens: list[int] = []
         self._count = 0
 
     def __len__(self) -> int:
         return self._count
 
     def cache_size(self) -> int:
-        return len(self._cache) + len(self._prefix_cache)
+        return len(self._cache) + len(self._prefix_cache) + len(self._tail_cache)
 
     def insert(self, subject: str, queue: str | None, sub: S) -> None:
         node = self._root
@@ -135,6 +146,8 @@ class SubList(Generic[S]):
     def _invalidate(self, filter_subject: str) -> None:
         if self._prefix_cache:
             self._invalidate_prefixes(filter_subject)
+        if self._tail_cache:
+            self._invalidate_tails(filter_subject)
         if not self._cache:
             return
         if "*" not in filter_subject and ">" not in filter_subject:
@@ -156,6 +169,19 @@ class SubList(Generic[S]):
         for key in [k for k in pcache if filters_overlap(filter_subject, k + ">")]:
             del pcache[key]
 
+    def _invalidate_tails(self, filter_subject: str) -> None:
+        """Drop the tail entries whose pattern the filter overlaps: their answer may change."""
+        tcache = self._tail_cache
+        if "*" not in filter_subject and ">" not in filter_subject:
+            # A literal filter only matches the pattern it maps to for each tail length.
+            for t in self._tail_lens:
+                key = _tail_key(filter_subject, t)
+                if key is not None:
+                    tcache.pop(key, None)
+            return
+        for key in [k for k in tcache if filters_overlap(filter_subject, k)]:
+            del tcache[key]
+
     def match(self, subject: str) -> Match[S]:
         hit = self._cache.get(subject)
         if hit is not None:
@@ -168,13 +194,27 @@ class SubList(Generic[S]):
                     hit = pcache.get(key)
                     if hit is not None:
                         return hit
+        tcache = self._tail_cache
+        if tcache:
+            for t in self._tail_lens:
+                key = _tail_key(subject, t)
+                if key is not None:
+                    hit = tcache.get(key)
+                    if hit is not None:
+                        return hit
         toks = subject.split(".")
         plain: list[S] = []
         queues: dict[str, list[S]] = {}
-        needed = _collect(self._root, toks, 0, plain, queues)
+        deepest = [-1]
+        needed = _collect(self._root, toks, 0, plain, queues, deepest)
         result = Match(tuple(plain), tuple(tuple(m) for m in queues.values()))
-        if needed < len(toks):
+        n = len(toks)
+        if needed < n:
             self._remember_prefix(".".join(toks[:needed]) + "." if needed else "", needed, result)
+            return result
+        tail = n - 1 - max(deepest[0], 0)
+        if tail > 0:
+            self._remember_tail(".".join(toks[: n - tail]) + ".*" * tail, tail, result)
             return result
         if len(self._cache) >= _CACHE_MAX:
             # Drop the oldest half; cheap and good enough for a hot working set.
@@ -192,6 +232,15 @@ class SubList(Generic[S]):
         if length not in self._prefix_lens:
             self._prefix_lens.append(length)
 
+    def _remember_tail(self, key: str, tail: int, result: Match[S]) -> None:
+        tcache = self._tail_cache
+        if len(tcache) >= _TAIL_CACHE_MAX:
+            tcache.clear()
+            self._tail_lens.clear()
+        tcache[key] = result
+        if tail not in self._tail_lens:
+            self._tail_lens.append(tail)
+
     def has_interest(self, subject: str) -> bool:
         m = self.match(subject)
         return bool(m.plain or m.queues)
@@ -208,13 +257,29 @@ def _prefix(subject: str, length: int) -> str | None:
     return subject[: len(subject) - len(parts[length])]
 
 
+def _tail_key(subject: str, tail: int) -> str | None:
+    """The tail-cache key of ``subject`` for ``tail`` trailing tokens (None when the subject
+    has no more tokens than that)."""
+    parts = subject.rsplit(".", tail)
+    if len(parts) <= tail:
+        return None
+    return parts[0] + ".*" * tail
+
+
 def _collect(
-    node: _Node[S], toks: list[str], i: int, plain: list[S], queues: dict[str, list[S]]
+    node: _Node[S],
+    toks: list[str],
+    i: int,
+    plain: list[S],
+    queues: dict[str, list[S]],
+    deepest: list[int],
 ) -> int:
     """Add the subscriptions of ``node``'s subtree matching ``toks[i:]``. Returns how many
     leading tokens the result depended on: a node with children that was reached before the
     last token looked at the next token; anything else only needed to know that more tokens
-    follow (the prefix cache above rests on this)."""
+    follow (the prefix cache above rests on this). ``deepest[0]`` becomes the last position
+    whose token was looked up among literal children: the tokens after it only had to be
+    there (the tail cache rests on this)."""
     if node.fwc is not None and i < len(toks):
         _add(node.fwc, plain, queues)
     if i == len(toks):
@@ -223,11 +288,14 @@ def _collect(
     if not node.literal and node.pwc is None:
         return i
     needed = i + 1
-    nxt = node.literal.get(toks[i])
-    if nxt is not None:
-        needed = max(needed, _collect(nxt, toks, i + 1, plain, queues))
+    if node.literal:
+        if i > deepest[0]:
+            deepest[0] = i
+        nxt = node.literal.get(toks[i])
+        if nxt is not None:
+            needed = max(needed, _collect(nxt, toks, i + 1, plain, queues, deepest))
     if node.pwc is not None:
-        needed = max(needed, _collect(node.pwc, toks, i + 1, plain, queues))
+        needed = max(needed, _collect(node.pwc, toks, i + 1, plain, queues, deepest))
     return needed
 
 
