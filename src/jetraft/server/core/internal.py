@@ -17,6 +17,9 @@ log = logging.getLogger("jetraft.internal")
 
 # (subject, reply, header block or None, payload)
 Handler = Callable[[str, str | None, bytes | None, bytes], None]
+# (batch, first run, stop run) -> messages taken: the runs of client publishes that
+# ``Router.route_pubs`` hands over in one call (see ``PubBatch``).
+RunHandler = Callable[[PubBatch, int, int], int]
 
 
 class InternalClient:
@@ -34,23 +37,35 @@ class InternalClient:
         self.name = name
         self.subs: dict[str, Subscription] = {}
         self._handlers: dict[str, Handler] = {}
+        self._run_handlers: dict[str, RunHandler] = {}
         self._next_sid = 1
         self._inbox = ""  # "_INBOX.<random>." once a request was made
         self._replies: dict[str, asyncio.Future[tuple[bytes | None, bytes]]] = {}
         self._next_reply = 1
 
-    def subscribe(self, subject: str, handler: Handler, queue: str | None = None) -> Subscription:
+    def subscribe(
+        self,
+        subject: str,
+        handler: Handler,
+        queue: str | None = None,
+        run_handler: RunHandler | None = None,
+    ) -> Subscription:
+        """``handler`` takes one message; ``run_handler`` (optional) takes the runs of client
+        publishes of one read at once (the hot path of a stream's intake)."""
         sid = str(self._next_sid)
         self._next_sid += 1
         sub = Subscription(self, subject, queue, sid)
         self.subs[sid] = sub
         self._handlers[sid] = handler
+        if run_handler is not None:
+            self._run_handlers[sid] = run_handler
         self.router.add_subscription(self.account, sub)
         return sub
 
     def unsubscribe(self, sub: Subscription) -> None:
         if self.subs.pop(sub.sid, None) is not None:
             self._handlers.pop(sub.sid, None)
+            self._run_handlers.pop(sub.sid, None)
             self.router.remove_subscription(self.account, sub)
 
     def close(self) -> None:
@@ -110,6 +125,14 @@ class InternalClient:
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
+        run = self._run_handlers.get(sub.sid)
+        if run is not None:
+            try:
+                return run(batch, first, stop)
+            except Exception:
+                # As in ``deliver``: a bug must not take down the publisher's connection.
+                log.exception("internal handler %s failed on a batch", self.name)
+                return msgs
         delivered = 0
         for line, body in batch.messages(first, stop):
             hdr, data = split_body(line, body)

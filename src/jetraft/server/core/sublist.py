@@ -214,8 +214,9 @@ class SubList(Generic[S]):
             return result
         tail = n - 1 - max(deepest[0], 0)
         if tail > 0:
+            # Also cached below under the subject itself: a subject that repeats (one reply
+            # subject for many requests) then hits the first cache at once.
             self._remember_tail(".".join(toks[: n - tail]) + ".*" * tail, tail, result)
-            return result
         if len(self._cache) >= _CACHE_MAX:
             # Drop the oldest half; cheap and good enough for a hot working set.
             for key in list(self._cache)[: _CACHE_MAX // 2]:
