@@ -57,9 +57,16 @@ ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
 
 
+_LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"
+_LONE_AT = len(_LONE_MSG_ID)
+
+
 def nats_headers(hdr: bytes) -> dict[str, str]:
     """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
     and nothing at all for the common block without any."""
+    if hdr.startswith(_LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
+        # The most common block by far (a publisher's dedupe id alone): no general parse.
+        return {MSG_ID: hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")}
     out: dict[str, str] = {}
     if b"\r\nnats-" not in hdr.lower():
         return out

@@ -24,6 +24,7 @@ from jetraft.jetstream.stream import (
     UpdateConfig,
     decode_entry,
     encode_entry,
+    nats_headers,
     parse_ttl_s,
 )
 from jetraft.jetstream.stream_config import StreamConfig
@@ -479,3 +480,26 @@ def test_publish_at_the_end_of_the_sequence_space_is_refused() -> None:
     assert isinstance(s.apply(Purge()), OpResult)
     assert s.store.state().first_seq == 2**64 - 1
     assert err_code(pub(s)) == 10077
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        b"NATS/1.0\r\nNats-Msg-Id: abc\r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id:abc \r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id: \r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id: a\r\nNats-Expected-Stream: S\r\n\r\n",
+        b"NATS/1.0\r\nNats-Msg-Id: a\r\nnats-msg-id: b\r\n\r\n",
+        b"NATS/1.0\r\nNATS-MSG-ID: x\r\nFoo: y\r\n\r\n",
+        b"NATS/1.0 503\r\n\r\n",
+    ],
+)
+def test_nats_headers_lone_msg_id_shortcut_agrees_with_the_general_parse(block: bytes) -> None:
+    # The general parse, written out: every Nats-* line, names lower-cased, first one wins.
+    want: dict[str, str] = {}
+    for line in block.split(b"\r\n")[1:]:
+        name, sep, value = line.partition(b":")
+        key = name.strip().decode().lower()
+        if sep and key.startswith("nats-") and key not in want:
+            want[key] = value.strip().decode()
+    assert nats_headers(block) == want
