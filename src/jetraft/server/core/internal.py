@@ -109,6 +109,10 @@ class InternalClient:
     ) -> int:
         return self.router.route_message(None, self.account, subject, reply, hdr, data)
 
+    def publish_answers(self, answers: list[tuple[str, bytes]]) -> None:
+        """Publish (subject, payload) pairs in order, no reply subjects, no headers."""
+        self.router.route_answers(self.account, answers)
+
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:

@@ -143,6 +143,37 @@ class Router:
             self._no_responders(sender, subject, reply)
         return delivered
 
+    def route_answers(self, account: Account, answers: Sequence[tuple[str, bytes]]) -> None:
+        """Messages from server components without reply or headers, in order (the PubAcks
+        of one commit): as ``route_message`` for each, with the subject matched once per
+        stretch of equal subjects and the account counted once."""
+        sublist = account.sublist
+        last: str | None = None
+        plain: tuple[Subscription, ...] = ()
+        simple = False
+        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        for subject, data in answers:
+            if subject != last:
+                last = subject
+                match = sublist.match(subject)
+                plain = match.plain
+                simple = not match.queues and not any(s.conn.is_route for s in plain)
+            if not simple:
+                self.route_message(None, account, subject, None, None, data)
+                continue
+            size = len(data)
+            in_msgs += 1
+            in_bytes += size
+            for sub in plain:
+                if sub.conn.deliver(sub, subject, None, None, data):
+                    out_msgs += 1
+                    out_bytes += size
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.

@@ -292,11 +292,10 @@ class StreamRuntime:
             self.commits.after_durable(functools.partial(self._answer, acks))
 
     def _answer(self, acks: list[PubAck], exc: BaseException | None) -> None:
-        publish = self.client.publish
         if exc is None:
-            for ack in acks:
-                publish(ack.reply, ack.body())
+            self.client.publish_answers([(ack.reply, ack.body()) for ack in acks])
             return
+        publish = self.client.publish
         # The data may not be durable: tell the publishers it failed (they retry; dedupe by
         # Nats-Msg-Id makes the retry safe).
         for ack in acks:
