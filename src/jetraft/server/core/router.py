@@ -149,6 +149,7 @@ class Router:
         stretch of equal subjects and the account counted once."""
         sublist = account.sublist
         last: str | None = None
+        last_match: Match[Subscription] | None = None
         plain: tuple[Subscription, ...] = ()
         simple = False
         in_msgs = in_bytes = out_msgs = out_bytes = 0
@@ -156,8 +157,10 @@ class Router:
             if subject != last:
                 last = subject
                 match = sublist.match(subject)
-                plain = match.plain
-                simple = not match.queues and not any(s.conn.is_route for s in plain)
+                if match is not last_match:  # unique reply subjects often share one
+                    last_match = match
+                    plain = match.plain
+                    simple = not match.queues and not any(s.conn.is_route for s in plain)
             if not simple:
                 self.route_message(None, account, subject, None, None, data)
                 continue
