@@ -142,6 +142,9 @@ def decode_entry(blob: bytes) -> Entry:
 # --- results -------------------------------------------------------------------------------
 
 
+_NAME_JSON: dict[str, bytes] = {}  # stream name -> its JSON string (PubAck.body)
+
+
 class PubAck(msgspec.Struct, frozen=True):
     """The answer to one StoreMsg; ``reply`` is where it goes ("" = nowhere). A Struct, not
     a dataclass: one is made per published message, and a frozen dataclass costs several
@@ -156,7 +159,12 @@ class PubAck(msgspec.Struct, frozen=True):
 
     def body(self) -> bytes:
         if self.error is None and not self.duplicate and not self.domain:
-            return b'{"stream":%s,"seq":%d}' % (encode_json(self.stream), self.seq)
+            name = _NAME_JSON.get(self.stream)
+            if name is None:
+                if len(_NAME_JSON) >= 1024:
+                    _NAME_JSON.clear()
+                name = _NAME_JSON[self.stream] = encode_json(self.stream)
+            return b'{"stream":%s,"seq":%d}' % (name, self.seq)
         out: dict[str, object] = {}
         if self.error is not None:
             out["error"] = self.error.to_wire()

@@ -241,43 +241,66 @@ class StreamRuntime:
         if self.closed:
             return
         try:
-            self._store_one(subject, reply, hdr, data)
+            self._answer_one(subject, reply, self._apply_one(subject, reply, hdr, data))
         finally:
             self._changed()
 
     def _on_publish_run(self, batch: PubBatch, first: int, stop: int) -> int:
         """The runs ``first`` to ``stop`` of a client's publishes (one socket read): each
-        message stored and answered as by ``_on_publish``, the commit queue touched once."""
+        message stored and answered as by ``_on_publish``, the commit queue touched once.
+        The hot path of a durable stream: what ``_answer_one`` decides per message is
+        decided once here."""
         if self.closed:
             return 0
         lines, starts, bodies = batch.lines, batch.starts, batch.bodies
-        store_one = self._store_one
+        stream = self.stream
+        apply = stream.apply
+        batched = self._persisted and not stream.config.no_ack
+        clock = now_ns
         try:
             for r in range(first, stop):
                 subject, reply, _total, hdr_len, _tail = lines[r]
                 for i in range(starts[r], starts[r + 1]):
                     body = bodies[i]
-                    if hdr_len < 0:
-                        store_one(subject, reply, None, body)
-                    else:
-                        store_one(subject, reply, body[:hdr_len], body[hdr_len:])
+                    try:
+                        if hdr_len < 0:
+                            result = apply(StoreMsg(subject, reply or "", None, body, clock()))
+                        else:
+                            hdr, data = body[:hdr_len], body[hdr_len:]
+                            result = apply(StoreMsg(subject, reply or "", hdr, data, clock()))
+                    except Exception as exc:
+                        result = self._refused(subject, reply, exc)
+                    if not (reply and batched and isinstance(result, PubAck)):
+                        self._answer_one(subject, reply, result)
+                        continue
+                    # As in _answer_one: the batch of answers waiting for the next commit.
+                    acks = self._acks
+                    acks.append(result)
+                    if len(acks) == 1:
+                        self.commits.after_durable(functools.partial(self._answer, acks))
         finally:
             self._changed()
         return starts[stop] - starts[first]
 
-    def _store_one(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        """Apply one publish (``propose`` without its ``_changed``, which the caller does)
-        and queue its answer."""
+    def _apply_one(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> Result:
+        """Apply one publish (``propose`` without its ``_changed``, which the caller does)."""
         try:
-            result = self.stream.apply(StoreMsg(subject, reply or "", hdr, data, now_ns()))
-        except StoreError as exc:
+            return self.stream.apply(StoreMsg(subject, reply or "", hdr, data, now_ns()))
+        except Exception as exc:
+            return self._refused(subject, reply, exc)
+
+    def _refused(self, subject: str, reply: str | None, exc: Exception) -> PubAck:
+        """The answer to a publish whose apply raised."""
+        if isinstance(exc, StoreError):
             # The store refused to write (full disk, failed device): the publisher hears it.
             log.error("stream %s: store failed: %s", self.name, exc)
-            result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
-        except Exception as exc:
+        else:
             # A bug must not leave the publisher waiting for a PubAck that never comes.
             log.exception("stream %s: storing a message on %s failed", self.name, subject)
-            result = PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
+        return PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
+
+    def _answer_one(self, subject: str, reply: str | None, result: Result) -> None:
+        """Send or queue the answer to one publish."""
         if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
             return
         if not self._persisted:
