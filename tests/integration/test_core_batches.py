@@ -44,3 +44,38 @@ async def test_a_burst_reaches_each_subscription_in_order_and_framed_alone(
         await c.ping()  # nothing more for anyone (echo off: nothing at all for the publisher)
     for c in (sub, headerless, pub):
         await c.close()
+
+
+async def test_requests_with_their_own_replies_in_one_read_get_notices_only_when_untaken(
+    server: Server,
+) -> None:
+    """Requests on one subject, each with its own reply subject, sent in one write: the
+    subscribers take the first ones (auto-unsubscribe after a few), and the requester gets a
+    no-responders notice for each of the rest, in order; likewise with a queue group."""
+    port = server.client_port
+    plain = await RawClient.connect("127.0.0.1", port, headers=True)
+    await plain.send(b"SUB req.a 3\r\nUNSUB 3 5\r\n")
+    await plain.ping()
+    queue = await RawClient.connect("127.0.0.1", port, headers=True)
+    await queue.send(b"SUB req.q grp 4\r\nUNSUB 4 2\r\n")
+    await queue.ping()
+    me = await RawClient.connect("127.0.0.1", port, headers=True, no_responders=True)
+    await me.send(b"SUB _INBOX.me.* 1\r\n")
+    await me.ping()
+    for subject, sub, sid, taken in ((b"req.a", plain, "3", 5), (b"req.q", queue, "4", 2)):
+        frames = b"".join(
+            b"PUB %s _INBOX.me.%d 2\r\nr%d\r\n" % (subject, n, n % 10) for n in range(12)
+        )
+        await me.send(frames)
+        got = await sub.read_frames(taken)
+        assert [(f.sid, f.reply, f.payload) for f in got] == [
+            (sid, f"_INBOX.me.{n}", b"r%d" % n) for n in range(taken)
+        ]
+        notices = await me.read_frames(12 - taken)
+        assert [(f.subject, f.payload) for f in notices] == [
+            (f"_INBOX.me.{n}", b"") for n in range(taken, 12)
+        ]
+        assert all(f.hdr is not None and f.hdr.startswith(b"NATS/1.0 503") for f in notices)
+        await me.ping()  # nothing more: no notice for a request that was taken
+    for c in (plain, queue, me):
+        await c.close()

@@ -296,8 +296,9 @@ class RouteConnection(asyncio.Protocol):
         self.send(rp.encode_msg(account.name, subject, reply, route_by, list(queues), hdr, data))
 
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        """Send runs of client publishes on one subject (``Router.route_pubs``) for the
-        peer's plain subscribers: one MSGS frame, or one MSG each for an older peer."""
+        """Send runs of client publishes on one subject with one reply (``Router.route_pubs``
+        splits its groups by reply) for the peer's plain subscribers: one MSGS frame, or one
+        MSG each for an older peer."""
         line0 = batch.lines[first]
         subject, reply = line0[0], line0[1]
         if not self.peer.msg_batches:

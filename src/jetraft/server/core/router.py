@@ -58,8 +58,8 @@ class RouteSubscriber(Subscriber, Protocol):
     ) -> None: ...
 
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject) for
-        the peer's plain subscribers (no queue groups)."""
+        """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject with
+        one reply) for the peer's plain subscribers (no queue groups)."""
         ...
 
 
@@ -181,11 +181,13 @@ class Router:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.
 
-        Consecutive runs on one subject with one reply form a group: matched once and handed
-        to each local subscriber in one call (which writes each run as one piece), and to
-        each route with plain interest in one frame. Queue groups take each message on its
-        own. Requests from a publisher that wants no-responders notices go one by one, since
-        the notice is per message.
+        Consecutive runs on one subject form a group (their replies may differ: requests,
+        JetStream publishes with one reply subject each): matched once and handed to each
+        local subscriber in one call (which writes each run as one piece), and to each route
+        with plain interest in one frame per stretch of one reply. Queue groups take each
+        message on its own. A publisher that wants no-responders notices gets one for each
+        request nobody took (subscribers always take the first messages of a group they are
+        handed); with queue groups in the match its requests go one by one.
         """
         sublist = account.sublist
         skip: object = None if sender.echo else sender
@@ -197,12 +199,14 @@ class Router:
         one_by_one = 0  # bytes routed (and counted) by the calls for single requests
         while r < runs and not sender.closed:
             line = lines[r]
-            subject, reply = line[0], line[1]
+            subject = line[0]
             q = r + 1
-            while q < runs and lines[q][0] is subject and lines[q][1] is reply:
+            while q < runs and lines[q][0] is subject:
                 q += 1
             k = starts[q] - starts[r]
-            if reply is not None and no_responders and k > 1:
+            notices = no_responders and any(lines[x][1] is not None for x in range(r, q))
+            match = sublist.match(subject)
+            if notices and k > 1 and match.queues:
                 for ln, body in batch.messages(r, q):
                     one_by_one += self.route_pubs(sender, account, PubBatch.single(ln, body))
                 r = q
@@ -210,8 +214,7 @@ class Router:
             size = line[2] * k if q == r + 1 else sum(map(len, bodies[starts[r] : starts[q]]))
             in_msgs += k
             in_bytes += size
-            match = sublist.match(subject)
-            got = 0
+            got = covered = 0  # deliveries; messages (the first ones) someone took
             routed = False
             for sub in match.plain:
                 conn = sub.conn
@@ -221,21 +224,25 @@ class Router:
                     g = conn.deliver_run(sub, batch, r, q, k, size)
                     if g:
                         got += g
+                        covered = max(covered, g)
                         out_bytes += size if g == k else _leading_bytes(batch, r, g)
             if match.queues:
                 g, g_bytes = self._route_each(account, match, batch, r, q, skip)
                 got += g
                 out_bytes += g_bytes
+                if g:
+                    covered = k  # k == 1 here when notices matter (see above)
             elif routed:
                 # Plain interest only: each route gets the whole group at once.
                 for route in {s.conn: None for s in match.plain if s.conn.is_route}:
-                    cast(RouteSubscriber, route).forward_run(account, batch, r, q)
+                    _forward_by_reply(cast(RouteSubscriber, route), account, batch, r, q)
                     got += k
                     out_bytes += size
+                covered = k
             if got:
                 out_msgs += got
-            elif reply and no_responders:
-                self._no_responders(sender, subject, reply)
+            if notices and covered < k:
+                self._notices(sender, batch, r, q, covered)
             r = q
         stats = account.stats
         stats.in_msgs += in_msgs
@@ -243,6 +250,20 @@ class Router:
         stats.out_msgs += out_msgs
         stats.out_bytes += out_bytes
         return in_bytes + one_by_one
+
+    def _notices(
+        self, sender: Publisher, batch: PubBatch, first: int, stop: int, taken: int
+    ) -> None:
+        """No-responders notices for the requests of runs ``first`` to ``stop`` after the
+        first ``taken`` messages."""
+        lines, starts = batch.lines, batch.starts
+        idx = 0
+        for x in range(first, stop):
+            subject, reply = lines[x][0], lines[x][1]
+            for _ in range(starts[x], starts[x + 1]):
+                if idx >= taken and reply is not None:
+                    self._no_responders(sender, subject, reply)
+                idx += 1
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
         """Deliver a group of client publishes on one subject that another server routed
@@ -371,6 +392,22 @@ class Router:
                 hdr = encode_headers({"Nats-Subject": subject}, status=503)
                 sender.enqueue(proto.encode_msg(reply, sub.sid, None, b"", hdr))
                 return
+
+
+def _forward_by_reply(
+    route: RouteSubscriber, account: Account, batch: PubBatch, first: int, stop: int
+) -> None:
+    """Runs ``first`` to ``stop`` (one subject) to a route, one frame per stretch of runs
+    with one reply subject (a route frame carries one)."""
+    lines = batch.lines
+    a = first
+    while a < stop:
+        reply = lines[a][1]
+        b = a + 1
+        while b < stop and lines[b][1] is reply:
+            b += 1
+        route.forward_run(account, batch, a, b)
+        a = b
 
 
 def _leading_bytes(batch: PubBatch, run: int, count: int) -> int:
