@@ -271,11 +271,3 @@ def js_info_ok(node: ClusterNode, timeout_s: float = 0.25) -> bool:
     finally:
         conn.sock.close()
 
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds the process used so far (/proc/<pid>/stat)."""
-    with open(f"/proc/{pid}/stat") as f:
-        stat = f.read()
-    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
-    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
-    return ticks / os.sysconf("SC_CLK_TCK")

@@ -51,3 +51,12 @@ def load_summary() -> str:
     """The 1/5/15-minute load averages: how busy the shared machine was."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f} {five:.2f} {fifteen:.2f} on {os.cpu_count()} cores"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds the process used so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")

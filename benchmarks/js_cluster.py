@@ -46,8 +46,8 @@ from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
-from benchmarks.cluster_common import KINDS, BenchCluster, ClusterNode, cpu_seconds, js_info_ok
-from benchmarks.common import load_summary, machine_summary
+from benchmarks.cluster_common import KINDS, BenchCluster, ClusterNode, js_info_ok
+from benchmarks.common import cpu_seconds, load_summary, machine_summary
 from benchmarks.js_consume import CONSUMER
 from benchmarks.js_consume import measure as measure_consume
 from benchmarks.js_publish import Scenario, drive, drive_counts

@@ -1,7 +1,7 @@
 """JetStream publish with acks, jetraft beside nats-server, same load generator.
 
     python -m benchmarks.js_publish [--msgs N] [--sync-msgs N] [--window W] [--pubs P]
-                                    [--only jetraft|nats-server|nats-server-always]
+                                    [--only jetraft|nats-server|nats-server-always] [--ids]
 
 Servers (file storage each): jetraft with its default (fsync before every PubAck, group
 commit), nats-server with its default (fsync every 2 minutes: lazy), and nats-server with
@@ -11,7 +11,13 @@ Load generator: separate processes speaking the protocol over raw sockets with p
 ``PUB <subject> <reply> <size>`` frames; replies arrive on a wildcard inbox subscription and
 are counted (and checked for errors) by a minimal parser. "sync" keeps one publish
 outstanding per connection (request/reply); "async" keeps a window of W outstanding per
-connection over P connections. Rate = acknowledged messages / elapsed.
+connection over P connections. Rate = acknowledged messages / elapsed. Beside the rates: each
+server's CPU time (user + system, from /proc) per acknowledged message, which moves less with
+the machine's load than the rates do.
+
+``--ids`` adds "async 128B id": HPUB frames carrying a ``Nats-Msg-Id`` header, each with a reply
+subject of its own (``_INBOX.b<n>.<i>``), as the Spark connector's sink and nats.py's publish
+send them (dedupe on, no reply subject shared between publishes).
 """
 
 from __future__ import annotations
@@ -30,7 +36,13 @@ from dataclasses import dataclass
 from multiprocessing.queues import Queue as MpQueue
 from multiprocessing.synchronize import Event as MpEvent
 
-from benchmarks.common import free_port, machine_summary, nats_server_binary, wait_port
+from benchmarks.common import (
+    cpu_seconds,
+    free_port,
+    machine_summary,
+    nats_server_binary,
+    wait_port,
+)
 
 STREAM = "BENCH"
 SUBJECT = b"bench.pub"
@@ -45,6 +57,7 @@ class Scenario:
     window: int  # outstanding publishes per connection
     pubs: int  # publisher connections (processes)
     max_s: float = 0.0  # when set, stop sending new publishes after this many seconds
+    ids: bool = False  # HPUB with a Nats-Msg-Id and a reply subject per message
 
 
 def start_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
@@ -140,12 +153,13 @@ def _publisher(
     while conn.line() != b"PONG":
         pass
     frame = b"PUB %s _INBOX.b%d.x %d\r\n%s\r\n" % (subject, idx, sc.payload, b"x" * sc.payload)
+    frames = _id_frames(subject, idx, n, sc.payload) if sc.ids else []
     go.wait()
     t0 = time.perf_counter()
     stop_at = t0 + sc.max_s if sc.max_s else float("inf")
     sent = acked = errors = 0
     first = min(sc.window, n)
-    conn.sock.sendall(frame * first)
+    conn.sock.sendall(b"".join(frames[:first]) if sc.ids else frame * first)
     sent = first
     while acked < sent:
         got, bad = conn.count_acks(sent - acked)
@@ -153,10 +167,23 @@ def _publisher(
         errors += bad
         more = min(got, n - sent) if time.perf_counter() < stop_at else 0
         if more:
-            conn.sock.sendall(frame * more)
+            conn.sock.sendall(b"".join(frames[sent : sent + more]) if sc.ids else frame * more)
             sent += more
     out.put((t0, time.perf_counter(), acked, errors))
     conn.sock.close()
+
+
+def _id_frames(subject: bytes, idx: int, n: int, payload: int) -> list[bytes]:
+    """``n`` HPUB frames, each with its own Nats-Msg-Id and reply subject."""
+    data = b"x" * payload
+    run = os.getpid()  # a new id space for every run: the stream would dedupe a repeat
+    out = []
+    for i in range(n):
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: %d-%d-%d\r\n\r\n" % (run, idx, i)
+        size = len(hdr) + payload
+        line = b"HPUB %s _INBOX.b%d.%d %d %d\r\n" % (subject, idx, i, len(hdr), size)
+        out.append(line + hdr + data + b"\r\n")
+    return out
 
 
 def run_scenario(port: int, sc: Scenario, n: int) -> float:
@@ -220,6 +247,7 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=256, help="outstanding async publishes")
     ap.add_argument("--pubs", type=int, default=2, help="async publisher connections")
     ap.add_argument("--only", choices=SERVERS)
+    ap.add_argument("--ids", action="store_true", help="add the Nats-Msg-Id scenario")
     args = ap.parse_args()
     scenarios = [
         Scenario("sync 128B", 128, 1, 1),
@@ -227,8 +255,11 @@ def main() -> None:
         Scenario("async 128B", 128, args.window, args.pubs),
         Scenario("async 1KB", 1024, args.window, args.pubs),
     ]
+    if args.ids:
+        scenarios.append(Scenario("async 128B id", 128, args.window, args.pubs, ids=True))
     kinds = [args.only] if args.only else SERVERS
     table: dict[str, dict[str, float]] = {}
+    cpu: dict[str, dict[str, float]] = {}  # server CPU us per message
     for kind in kinds:
         store = tempfile.mkdtemp(prefix=f"jsbench-{kind}-")
         port = free_port()
@@ -236,15 +267,23 @@ def main() -> None:
         try:
             for sc in scenarios:
                 n = args.sync_msgs if sc.window == 1 else args.msgs
+                before = cpu_seconds(proc.pid)
                 table.setdefault(sc.name, {})[kind] = run_scenario(port, sc, n)
+                cpu.setdefault(sc.name, {})[kind] = 1e6 * (cpu_seconds(proc.pid) - before) / n
         finally:
             proc.terminate()
             proc.wait(10)
             shutil.rmtree(store, ignore_errors=True)
     print(machine_summary())
     print(f"async: window {args.window} x {args.pubs} connections; file storage throughout")
-    head = f"{'scenario':<12}{'jetraft':>12}{'nats default':>14}{'nats always':>13}"
-    print(head + f"{'vs default':>12}{'vs always':>11}")
+    _print_table(scenarios, table, cpu)
+
+
+def _print_table(
+    scenarios: list[Scenario], table: dict[str, dict[str, float]], cpu: dict[str, dict[str, float]]
+) -> None:
+    head = f"{'scenario':<14}{'jetraft':>10}{'nats default':>14}{'nats always':>13}"
+    print(head + f"{'vs default':>12}{'vs always':>11}   server CPU us/msg (j / d / a)")
     for sc in scenarios:
         row = table[sc.name]
         j = row.get("jetraft", 0.0)
@@ -252,8 +291,11 @@ def main() -> None:
         a = row.get("nats-server-always", 0.0)
         rd = f"{j / d:.2f}" if j and d else "-"
         ra = f"{j / a:.2f}" if j and a else "-"
-        print(f"{sc.name:<12}{j:>12,.0f}{d:>14,.0f}{a:>13,.0f}{rd:>12}{ra:>11}")
-    print("(msg/s acknowledged; ratios are jetraft / nats-server)")
+        us = " / ".join(
+            f"{cpu[sc.name][k]:.1f}" if k in cpu[sc.name] else "-" for k in SERVERS
+        )
+        print(f"{sc.name:<14}{j:>10,.0f}{d:>14,.0f}{a:>13,.0f}{rd:>12}{ra:>11}   {us}")
+    print("(msg/s acknowledged; ratios are jetraft / nats-server; CPU includes stream set-up)")
 
 
 if __name__ == "__main__":
