@@ -28,7 +28,7 @@ from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.node import RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
-from jetraft.raft.wal import Wal
+from jetraft.raft.wal import Recovered, Wal
 from jetraft.server.cluster.raftnet import RaftNet
 
 log = logging.getLogger("jetraft.js.raft")
@@ -104,9 +104,13 @@ class RaftGroup:
 
     async def start(self, *, known: bool = False) -> None:
         """``known``: the group existed before this server started (its assignment was
-        replayed from the meta log); an empty log then means this server lost its copy,
-        and it rejoins as a damaged replica: it neither votes nor campaigns until its
-        leader has repaired it, so what it forgot can never be decided by its vote."""
+        replayed from the meta log). A known group whose directory is gone lost its log
+        (the disk was wiped, or this server had removed it): it rejoins as a damaged
+        replica, which neither votes nor campaigns until its leader has repaired it, so
+        what it forgot can never be decided by its vote. A directory that is there but
+        empty is not a loss: the replica never made anything durable, so it acknowledged
+        nothing and voted for nobody (see ``_recover``)."""
+        missing = not self.dir.exists()
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
         last = recovered.entries[-1].index if recovered.entries else 0
         snap = recovered.snapshot.meta.index if recovered.snapshot is not None else 0
@@ -114,10 +118,13 @@ class RaftGroup:
         empty = not recovered.entries and recovered.snapshot is None and not (
             recovered.hard_state.term
         )
-        if known and empty and recovered.corrupt is None:
-            log.warning("RAFT group %s: no log on disk although the group exists; "
-                        "rejoining as a damaged replica, repaired from its peers", self.group)
-            recovered = dataclasses.replace(recovered, corrupt="log lost")
+        try:
+            recovered = self._recover(wal, recovered, known=known, empty=empty,
+                                      missing=missing)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                wal.close()
+            raise
         if recovered.corrupt:
             self.corrupt = recovered.corrupt
             log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
@@ -146,6 +153,19 @@ class RaftGroup:
         if fresh and self.peers and self.peers[0] == self.host.server_name:
             # A new group's preferred leader (placed first) campaigns at once.
             self.node.campaign()
+
+    def _recover(self, wal: Wal, recovered: Recovered, *, known: bool, empty: bool,
+                 missing: bool) -> Recovered:
+        """Settle how the replica starts, durably, before it takes part in anything. A
+        lost log is recorded (the CORRUPT marker): once the damaged replica persisted its
+        next term its log is no longer empty, and without the mark a restart would take
+        it for a healthy one."""
+        if known and empty and missing and recovered.corrupt is None:
+            log.warning("RAFT group %s: no log on disk although the group exists; "
+                        "rejoining as a damaged replica, repaired from its peers", self.group)
+            wal.mark_corrupt("log lost")
+            recovered = dataclasses.replace(recovered, corrupt="log lost")
+        return recovered
 
     def _removed(self) -> None:
         log.info("RAFT group %s: this server was removed from the group", self.group)

@@ -1,0 +1,108 @@
+"""How a clustered JetStream replica's RAFT group starts from what its directory holds
+(``server.js.clustered.group.RaftGroup.start``): lost logs, empty directories, and the
+recorded way the replica started. Each case is one the cluster simulator found the
+server getting wrong (``jetraft.sim.cluster.fixes``)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from jetraft.raft.disk import OsDisk
+from jetraft.raft.node import Ticker
+from jetraft.raft.types import Entry
+from jetraft.raft.wal import Wal
+from jetraft.server.cluster.raftnet import RaftNet
+from jetraft.server.js.clustered.group import TICK_S, RaftGroup
+
+GROUP = "S-R3F-abc"
+
+
+class _Sender:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str]] = []
+
+    def send_raft(self, to_server: str, group: str, data: bytes) -> None:
+        self.sent.append((to_server, group))
+
+
+class _Host:
+    """A server of a cluster whose peers never answer (GroupHost)."""
+
+    def __init__(self, root: Path, name: str = "a") -> None:
+        self.root = root
+        self.server_name = name
+        self.cluster_name = "C1"
+        self.sender = _Sender()
+        self.raftnet = RaftNet(self.sender)
+        self.ticker = Ticker(TICK_S)
+
+    def raft_dir(self, group: str) -> Path:
+        return self.root / "_raft_" / group
+
+    def is_online(self, server: str) -> bool:
+        return True
+
+
+class _Machine:
+    def apply(self, entry: Entry) -> object:
+        return None
+
+    def snapshot(self) -> bytes:
+        return b""
+
+    def restore(self, data: bytes) -> None:
+        pass
+
+
+@pytest.fixture
+async def host(tmp_path: Path) -> AsyncIterator[_Host]:
+    yield _Host(tmp_path)
+
+
+async def _started(host: _Host, peers: tuple[str, ...], *, known: bool) -> RaftGroup:
+    group = RaftGroup(host, GROUP, _Machine(), peers)
+    await group.start(known=known)
+    return group
+
+
+async def test_a_known_group_whose_directory_is_gone_rejoins_as_damaged(host: _Host) -> None:
+    group = await _started(host, ("a", "b", "c"), known=True)
+    try:
+        assert group.corrupt == "log lost"
+        assert group.node is not None and group.node.core.corrupt
+    finally:
+        await group.stop()
+
+
+async def test_an_empty_directory_is_not_a_lost_log(host: _Host) -> None:
+    # The replica's directory was made, but the server stopped before anything in it was
+    # durable: it acknowledged nothing and voted for nobody, so it may vote as a fresh
+    # replica (a damaged one votes for nobody until repaired: a group whose other voter
+    # is down could never elect a leader).
+    host.raft_dir(GROUP).mkdir(parents=True)
+    group = await _started(host, ("a", "b"), known=True)
+    try:
+        assert group.corrupt == ""
+        assert group.node is not None and not group.node.core.corrupt
+    finally:
+        await group.stop()
+
+
+async def test_a_lost_log_stays_lost_across_restarts(host: _Host) -> None:
+    group = await _started(host, ("a", "b", "c"), known=True)
+    node = group.node
+    assert node is not None
+    await node.wait_for(lambda: node.fsyncs > 0, 5.0)  # its new term persisted
+    await group.stop()
+    wal, rec = Wal.open(OsDisk(), str(host.raft_dir(GROUP)))
+    wal.close()
+    assert rec.hard_state.term > 0  # the log is no longer empty; still not repaired
+    again = await _started(host, ("a", "b", "c"), known=True)
+    try:
+        assert again.corrupt == "log lost"
+        assert again.node is not None and again.node.core.corrupt
+    finally:
+        await again.stop()
