@@ -5,6 +5,7 @@ server getting wrong (``jetraft.sim.cluster.fixes``)."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -104,5 +105,49 @@ async def test_a_lost_log_stays_lost_across_restarts(host: _Host) -> None:
     try:
         assert again.corrupt == "log lost"
         assert again.node is not None and again.node.core.corrupt
+    finally:
+        await again.stop()
+
+
+async def test_a_restart_starts_the_replica_as_it_first_started(host: _Host) -> None:
+    # Started as one of a new group's first voters; the group moved on (the assignment
+    # replayed at the next start names other servers): the replica restarts with the
+    # voters it started with, its configuration changes come from its log.
+    group = await _started(host, ("a", "b", "c"), known=False)
+    await group.stop()
+    wal, rec = Wal.open(OsDisk(), str(host.raft_dir(GROUP)))
+    wal.close()
+    assert rec.bootstrap == ("a", "b", "c")
+    again = await _started(host, ("a", "d", "e"), known=True)
+    try:
+        assert again.node is not None
+        assert again.node.core.membership.voters == ("a", "b", "c")
+        assert again.corrupt == ""
+    finally:
+        await again.stop()
+
+
+async def test_a_replica_that_joined_restarts_as_joining(host: _Host) -> None:
+    # It joined an existing group (no peers: its leader adds it); replayed later under
+    # an assignment naming it, it must not start as a voter of a group of its own.
+    group = await _started(host, (), known=False)
+    await group.stop()
+    again = await _started(host, ("a", "b"), known=True)
+    try:
+        assert again.node is not None
+        assert again.node.core.membership.voters == ()
+    finally:
+        await again.stop()
+
+
+async def test_a_lost_log_takes_its_configuration_from_the_leader(host: _Host) -> None:
+    group = await _started(host, ("a", "b"), known=False)
+    await group.stop()
+    shutil.rmtree(host.raft_dir(GROUP))
+    again = await _started(host, ("a", "b"), known=True)
+    try:
+        assert again.corrupt == "log lost"
+        assert again.node is not None
+        assert again.node.core.membership.voters == ()
     finally:
         await again.stop()

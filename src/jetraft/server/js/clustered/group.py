@@ -156,10 +156,20 @@ class RaftGroup:
 
     def _recover(self, wal: Wal, recovered: Recovered, *, known: bool, empty: bool,
                  missing: bool) -> Recovered:
-        """Settle how the replica starts, durably, before it takes part in anything. A
-        lost log is recorded (the CORRUPT marker): once the damaged replica persisted its
-        next term its log is no longer empty, and without the mark a restart would take
-        it for a healthy one."""
+        """Settle how the replica starts, durably, before it takes part in anything.
+
+        Its first configuration is not a log entry, so it is recorded (the BOOTSTRAP file:
+        the group's first voters, or none when it joins an existing group) and every
+        restart starts it the recorded way, whatever assignment the meta log replays (a
+        later one may name other servers). A lost log is recorded too (the CORRUPT
+        marker): once the damaged replica persisted its next term its log is no longer
+        empty, and without the mark a restart would take it for a healthy one."""
+        if not known and empty:
+            wal.set_bootstrap(self.peers)
+        elif recovered.bootstrap is not None:
+            self.peers = recovered.bootstrap
+        elif missing:
+            self.peers = ()  # lost: its configuration comes from the leader
         if known and empty and missing and recovered.corrupt is None:
             log.warning("RAFT group %s: no log on disk although the group exists; "
                         "rejoining as a damaged replica, repaired from its peers", self.group)
