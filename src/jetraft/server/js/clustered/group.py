@@ -95,7 +95,6 @@ class RaftGroup:
         self._last_leader = ""
         self.corrupt = ""
         self.removed = False  # the group committed a configuration without us
-        self.recovered_last = 0  # last log index found on disk at start (replays up to it)
         self.failed = ""  # the node stopped on a storage error
 
     @property
@@ -112,9 +111,6 @@ class RaftGroup:
         nothing and voted for nobody (see ``_recover``)."""
         missing = not self.dir.exists()
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
-        last = recovered.entries[-1].index if recovered.entries else 0
-        snap = recovered.snapshot.meta.index if recovered.snapshot is not None else 0
-        self.recovered_last = max(last, snap, recovered.hard_state.commit)
         empty = not recovered.entries and recovered.snapshot is None and not (
             recovered.hard_state.term
         )

@@ -102,6 +102,7 @@ class ClusteredJetStream:
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        self.keeper.load()
         self._change_task = asyncio.ensure_future(self.keeper.process_changes())
         self.mesh.add_peer_listener(self._peer_changed)
         for peer in self.mesh.peers():
@@ -188,9 +189,8 @@ class ClusteredJetStream:
     def is_online(self, server: str) -> bool:
         return server == self.server.name or server in self.mesh.by_name
 
-    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
-        for change in changes:
-            self.keeper.changes.put_nowait((change, replay))
+    def meta_changed(self, changes: list[Change], index: int | None) -> None:
+        self.keeper.meta_changed(changes, index)
 
     def meta_leader_changed(self, leader: str) -> None:
         pass

@@ -9,6 +9,16 @@ in order:
 * one whose assignment changed is told (its leader reconciles the group with it);
 * one taken out of its group keeps serving (``leaving``) until its group lets it go, then
   is destroyed with its log; one deleted is destroyed at once.
+
+Restarts: the meta group replays its log, and the changes of entries carried out before
+the restart must start replicas as "known" (a known group whose log is gone lost it: see
+``RaftGroup.start``), while entries applied but never carried out (committed just before
+the process stopped) are new. So the keeper records durably the meta index up to which it
+has carried out every change (``meta_applied``), and on restart counts exactly the
+entries up to there as replays. Neither the log's last index nor its commit index will
+do: the first counts entries never carried out as replays (a new stream's only replica
+then starts as one that lost its log, never led), the second lags, and an old
+assignment applied again as new makes a destroyed replica fresh.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
+from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.stream_replica import StreamReplica
@@ -33,12 +44,33 @@ log = logging.getLogger("jetraft.js.cluster")
 
 # A replica taken out of its group stops once the group no longer counts it, or after this.
 LEAVE_TIMEOUT_S = 30.0
+META_APPLIED_FILE = "meta_applied"
 
 
 class ReplicaKeeper:
     def __init__(self, js: ClusteredJetStream) -> None:
         self.js = js
         self.changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
+        self.done_at_start = 0  # the meta index carried out before this start
+        self.recorded = 0
+
+    @property
+    def record_path(self) -> Path:
+        return self.js.root / META_APPLIED_FILE
+
+    def load(self) -> None:
+        """Read the record (before the meta group replays its log)."""
+        try:
+            self.done_at_start = int(self.record_path.read_text())
+        except FileNotFoundError:
+            self.done_at_start = 0
+        self.recorded = self.done_at_start
+
+    def meta_changed(self, changes: list[Change], index: int | None) -> None:
+        """The meta group applied ``changes`` (``index`` None: from a snapshot)."""
+        replay = index is None or index <= self.done_at_start
+        for change in changes:
+            self.changes.put_nowait((change, replay))
 
     async def process_changes(self) -> None:
         while True:
@@ -50,6 +82,22 @@ class ReplicaKeeper:
                     await self._consumer_changed(change, replay)
             except Exception:
                 log.exception("JetStream cluster: applying %s failed", change)
+            if self.changes.empty():
+                try:
+                    await self._record()
+                except OSError as exc:
+                    log.error("JetStream cluster: recording the meta index carried out "
+                              "failed: %s", exc)
+
+    async def _record(self) -> None:
+        """Every change the meta group applied up to its applied index is carried out
+        (the meta group queues an entry's changes as it applies it): say so durably."""
+        index = self.js.meta.applied_index
+        if index <= self.recorded:
+            return
+        path = str(self.record_path)
+        await asyncio.to_thread(OsDisk().write_atomic, path, str(index).encode())
+        self.recorded = index
 
     async def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
         js = self.js
