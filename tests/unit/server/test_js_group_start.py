@@ -78,18 +78,34 @@ async def test_a_known_group_whose_directory_is_gone_rejoins_as_damaged(host: _H
         await group.stop()
 
 
-async def test_an_empty_directory_is_not_a_lost_log(host: _Host) -> None:
-    # The replica's directory was made, but the server stopped before anything in it was
-    # durable: it acknowledged nothing and voted for nobody, so it may vote as a fresh
-    # replica (a damaged one votes for nobody until repaired: a group whose other voter
-    # is down could never elect a leader).
-    host.raft_dir(GROUP).mkdir(parents=True)
+async def test_a_replica_stopped_before_its_first_fsync_is_not_damaged(host: _Host) -> None:
+    # The replica was made (how it started is recorded first), but the server stopped
+    # before anything of its log was durable: it acknowledged nothing and voted for
+    # nobody, so it may vote as a fresh replica (a damaged one votes for nobody until
+    # repaired: a group whose other voter is down could never elect a leader).
+    wal, _ = Wal.open(OsDisk(), str(host.raft_dir(GROUP)))
+    wal.set_bootstrap(("a", "b"))
+    wal.close()
     group = await _started(host, ("a", "b"), known=True)
     try:
         assert group.corrupt == ""
         assert group.node is not None and not group.node.core.corrupt
+        assert group.node.core.membership.voters == ("a", "b")
     finally:
         await group.stop()
+
+
+async def test_a_known_group_whose_files_are_gone_rejoins_as_damaged(host: _Host) -> None:
+    group = await _started(host, ("a", "b", "c"), known=False)
+    await group.stop()
+    for f in host.raft_dir(GROUP).iterdir():
+        f.unlink()
+    again = await _started(host, ("a", "b", "c"), known=True)
+    try:
+        assert again.corrupt == "log lost"
+        assert again.node is not None and again.node.core.corrupt
+    finally:
+        await again.stop()
 
 
 async def test_a_lost_log_stays_lost_across_restarts(host: _Host) -> None:
@@ -151,3 +167,33 @@ async def test_a_lost_log_takes_its_configuration_from_the_leader(host: _Host) -
         assert again.node.core.membership.voters == ()
     finally:
         await again.stop()
+    # Its next term is durable now: a restart still takes its configuration from its
+    # leader, and still knows it is damaged.
+    third = await _started(host, ("a", "b"), known=True)
+    try:
+        assert third.corrupt == "log lost"
+        assert third.node is not None
+        assert third.node.core.membership.voters == ()
+    finally:
+        await third.stop()
+
+
+async def test_destroying_a_replica_syncs_the_removal(
+    host: _Host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What a replica removed leaves on disk must stay removed after a power loss: the
+    # unlinked files and the directory's removal are synced (a file that came back would
+    # restart the replica on an older log).
+    group = await _started(host, ("a", "b", "c"), known=False)
+    gdir = host.raft_dir(GROUP)
+    synced: list[tuple[str, list[str], bool]] = []
+
+    def sync_dir(self: OsDisk, dirname: str) -> None:
+        path = Path(dirname)
+        synced.append((dirname, sorted(p.name for p in path.iterdir()), gdir.exists()))
+
+    monkeypatch.setattr(OsDisk, "sync_dir", sync_dir)
+    await group.destroy()
+    assert not gdir.exists()
+    assert (str(gdir), [], True) in synced  # the unlinks, before the directory goes
+    assert synced[-1] == (str(gdir.parent), [], False)  # then the directory's removal

@@ -378,14 +378,19 @@ class SimServer:
         def check(wal: Wal, rec: Recovered) -> Recovered:
             empty = not rec.entries and rec.snapshot is None and not rec.hard_state.term
             seen.append(empty)
-            lost = empty and (missing or not self.world.fixed("lost_log_means_missing_dir"))
-            if self.world.fixed("bootstrap_recorded"):
+            recorded = self.world.fixed("bootstrap_recorded")
+            # The server: lost when neither a log nor the record of how the replica
+            # started is there (its directory, or its files, are gone).
+            unknown = missing or (recorded and rec.bootstrap is None)
+            lost = empty and (unknown or not self.world.fixed("lost_log_means_missing_dir"))
+            if recorded:
                 if not known and empty:
                     wal.set_bootstrap(node.peers)  # before it takes part in anything
                 elif rec.bootstrap is not None:
                     node.peers = rec.bootstrap  # as it started, whatever is replayed
-                elif missing:
+                elif known and empty and unknown:
                     node.peers = ()  # lost: its configuration comes from the leader
+                    wal.set_bootstrap(())
             if known and lost and rec.corrupt is None:
                 self.world.trace(f"{self.name}: {replica.group}: no log although the group "
                                  "exists: rejoins as a damaged replica")

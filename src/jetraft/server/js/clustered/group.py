@@ -48,6 +48,26 @@ def peer_id(server_name: str) -> str:
     return "".join(_B62[b % 62] for b in digest[:8])
 
 
+def remove_durably(path: Path) -> None:
+    """Remove a replica's directory so that it stays removed: the unlinks are synced
+    before the directory goes, and its removal is synced in its parent. Without that a
+    power loss may bring back some of the unlinked files, and the replica would restart
+    on an older log (say an old configuration in which it was the only voter)."""
+    if not path.is_dir():
+        return
+    disk = OsDisk()
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                child.unlink()
+    disk.sync_dir(str(path))
+    with contextlib.suppress(FileNotFoundError):
+        path.rmdir()
+    disk.sync_dir(str(path.parent))
+
+
 class GroupHost(Protocol):
     """What a group needs from the server's clustered JetStream."""
 
@@ -103,20 +123,19 @@ class RaftGroup:
 
     async def start(self, *, known: bool = False) -> None:
         """``known``: the group existed before this server started (its assignment was
-        replayed from the meta log). A known group whose directory is gone lost its log
-        (the disk was wiped, or this server had removed it): it rejoins as a damaged
-        replica, which neither votes nor campaigns until its leader has repaired it, so
-        what it forgot can never be decided by its vote. A directory that is there but
-        empty is not a loss: the replica never made anything durable, so it acknowledged
-        nothing and voted for nobody (see ``_recover``)."""
-        missing = not self.dir.exists()
+        replayed from the meta log). A known group that finds neither a log nor the
+        record of how its replica started (its directory is gone: the disk was wiped, or
+        this server had removed it; or its files are) lost its log: it rejoins as a
+        damaged replica, which neither votes nor campaigns until its leader has repaired
+        it, so what it forgot can never be decided by its vote. A replica that finds the
+        record but an empty log is not damaged: it stopped before its first fsync, so it
+        acknowledged nothing and voted for nobody (see ``_recover``)."""
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
         empty = not recovered.entries and recovered.snapshot is None and not (
             recovered.hard_state.term
         )
         try:
-            recovered = self._recover(wal, recovered, known=known, empty=empty,
-                                      missing=missing)
+            recovered = self._recover(wal, recovered, known=known, empty=empty)
         except BaseException:
             with contextlib.suppress(Exception):
                 wal.close()
@@ -150,8 +169,8 @@ class RaftGroup:
             # A new group's preferred leader (placed first) campaigns at once.
             self.node.campaign()
 
-    def _recover(self, wal: Wal, recovered: Recovered, *, known: bool, empty: bool,
-                 missing: bool) -> Recovered:
+    def _recover(self, wal: Wal, recovered: Recovered, *, known: bool,
+                 empty: bool) -> Recovered:
         """Settle how the replica starts, durably, before it takes part in anything.
 
         Its first configuration is not a log entry, so it is recorded (the BOOTSTRAP file:
@@ -162,11 +181,15 @@ class RaftGroup:
         empty, and without the mark a restart would take it for a healthy one."""
         if not known and empty:
             wal.set_bootstrap(self.peers)
-        elif recovered.bootstrap is not None:
+            return recovered
+        if recovered.bootstrap is not None:
             self.peers = recovered.bootstrap
-        elif missing:
-            self.peers = ()  # lost: its configuration comes from the leader
-        if known and empty and missing and recovered.corrupt is None:
+            return recovered
+        if not (known and empty):
+            return recovered  # a log of before the record existed: started as assigned
+        self.peers = ()  # lost: its configuration comes from its leader, every time
+        wal.set_bootstrap(())
+        if recovered.corrupt is None:
             log.warning("RAFT group %s: no log on disk although the group exists; "
                         "rejoining as a damaged replica, repaired from its peers", self.group)
             wal.mark_corrupt("log lost")
@@ -203,9 +226,9 @@ class RaftGroup:
         self.node = None
 
     async def destroy(self) -> None:
-        """This server left the group: stop and remove its log."""
+        """This server left the group: stop and remove its log, durably."""
         await self.stop()
-        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        await asyncio.to_thread(remove_durably, self.dir)
 
     async def reconcile_members(self, want: Sequence[str]) -> bool:
         """Leader: one step towards the membership ``want`` (the assignment's servers), as

@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,6 +34,7 @@ from jetraft.jetstream.meta import Change, ConsumerChanged, StreamChanged
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
+from jetraft.server.js.clustered.group import remove_durably
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 
 if TYPE_CHECKING:
@@ -198,4 +198,4 @@ class ReplicaKeeper:
 
 def _remove_dir(path: Path | None) -> None:
     if path is not None:
-        shutil.rmtree(path, ignore_errors=True)
+        remove_durably(path)
