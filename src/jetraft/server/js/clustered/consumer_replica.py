@@ -171,8 +171,18 @@ class ConsumerReplica:
         for _ in range(20):  # bounded: each round makes one change or finds none
             if self.closed or self.runtime is None:
                 return
-            if not await self.group.reconcile_members(self.ca.peers):
+            if not await self.group.reconcile_members(self.ca.peers, lambda: self.ca.peers):
                 return
+
+    def recheck(self) -> None:
+        """Leader, now and then: reconcile again if the group still differs from its
+        assignment (see ``StreamReplica.recheck``)."""
+        if self.closed or self.runtime is None:
+            return
+        if self._reconcile_task is not None and not self._reconcile_task.done():
+            return
+        if self.group.differs_from(self.ca.peers):
+            self.reconcile()
 
     # --- the state machine (raft.node.StateMachine) --------------------------------------------
 

@@ -230,12 +230,24 @@ class RaftGroup:
         await self.stop()
         await asyncio.to_thread(remove_durably, self.dir)
 
-    async def reconcile_members(self, want: Sequence[str]) -> bool:
+    def differs_from(self, want: Sequence[str]) -> bool:
+        """Leader: does the group's membership differ from ``want``?"""
+        node = self.node
+        if node is None:
+            return False
+        m = node.core.membership
+        return bool(m.learners) or set(m.voters) != set(want)
+
+    async def reconcile_members(self, want: Sequence[str],
+                                wanted: Callable[[], Sequence[str]] | None = None) -> bool:
         """Leader: one step towards the membership ``want`` (the assignment's servers), as
         ``jetstream.reconcile.next_step`` decides: promote a caught-up learner, wait for
         one catching up, add a missing server as a learner, remove one no longer wanted,
         or hand leadership to a wanted voter when we are the one unwanted (the new leader
-        removes us). True when it did something (call again)."""
+        removes us). True when it did something (call again). ``wanted`` gives the
+        assignment's servers as they are now: waiting for a learner stops when they
+        change (the learner may be unwanted now, and the group keeps unwanted replicas
+        meanwhile)."""
         node = self.node
         if node is None or not node.is_leader:
             return False
@@ -252,7 +264,8 @@ class RaftGroup:
             if step.kind is StepKind.CATCH_UP:
                 peer = step.peer
                 await node.wait_for(
-                    lambda: core.learner_caught_up(peer) or not node.is_leader, 30.0)
+                    lambda: core.learner_caught_up(peer) or not node.is_leader
+                    or (wanted is not None and tuple(wanted()) != tuple(want)), 30.0)
                 return True
             change = step.change()
             assert change is not None

@@ -104,6 +104,7 @@ class ClusteredJetStream:
         self.root.mkdir(parents=True, exist_ok=True)
         self.keeper.load()
         self._change_task = asyncio.ensure_future(self.keeper.process_changes())
+        self.spawn(self.keeper.recheck_leaders())
         self.mesh.add_peer_listener(self._peer_changed)
         for peer in self.mesh.peers():
             self._peer_changed(peer, True)

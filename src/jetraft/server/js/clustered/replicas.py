@@ -52,6 +52,7 @@ Replica = StreamReplica | ConsumerReplica
 
 LEAVE_CHECK_S = 0.2  # how often a leaving replica looks whether its group let it go
 CHECK_EVERY_S = 0.5  # an idle keeper looks for replicas let go while assigned here
+RECHECK_EVERY_S = 1.0  # how often leaders check that their group is as assigned
 META_APPLIED_FILE = "meta_applied"
 
 
@@ -100,6 +101,19 @@ class ReplicaKeeper:
                 except OSError as exc:
                     log.error("JetStream cluster: recording the meta index carried out "
                               "failed: %s", exc)
+
+    async def recheck_leaders(self) -> None:
+        """Every second, each group this server leads is brought in line with its
+        assignment again if it still differs (``StreamReplica.recheck``)."""
+        js = self.js
+        while True:
+            await asyncio.sleep(RECHECK_EVERY_S)
+            for replica in [*js.streams.values(), *js.consumers.values(),
+                            *js.leaving.values()]:
+                try:
+                    replica.recheck()
+                except Exception:
+                    log.exception("%s: reconcile check failed", " > ".join(replica.key))
 
     async def _guarded(self, work: Coroutine[Any, Any, Any], what: str) -> None:
         try:

@@ -370,7 +370,18 @@ class StreamReplica:
                 log.debug("stream %s: config update: %s", self.name, exc)
                 return False
             return True
-        return await self.group.reconcile_members(sa.peers)
+        return await self.group.reconcile_members(sa.peers, lambda: self.sa.peers)
+
+    def recheck(self) -> None:
+        """Leader, now and then: reconcile again if the group still differs from its
+        assignment (a run ends early on a failed step, or after its 20 rounds, and would
+        otherwise leave the group as it is until leadership or the assignment changes)."""
+        if not self._leading or self.closed:
+            return
+        if self._reconcile_task is not None and not self._reconcile_task.done():
+            return
+        if self.sa.config != self.stream.config or self.group.differs_from(self.sa.peers):
+            self.reconcile()
 
     def step_down(self, preferred: str | None = None) -> str:
         node = self.group.node
