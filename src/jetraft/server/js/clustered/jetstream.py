@@ -193,6 +193,11 @@ class ClusteredJetStream:
     def meta_changed(self, changes: list[Change], index: int | None) -> None:
         self.keeper.meta_changed(changes, index)
 
+    def stream_replica(self, account: str, name: str) -> StreamReplica | None:
+        key = (account, name)
+        replica = self.streams.get(key) or self.leaving.get(key)
+        return replica if isinstance(replica, StreamReplica) else None
+
     def meta_leader_changed(self, leader: str) -> None:
         pass
 
