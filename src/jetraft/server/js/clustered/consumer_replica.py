@@ -244,16 +244,17 @@ class ConsumerReplica:
 
     # --- the replicator the leader's runtime proposes through -----------------------------------
 
-    def propose(self, entry: ConsumerEntry) -> None:
+    def propose(self, entry: ConsumerEntry) -> bool:
         node = self.group.node
         if node is None or not node.is_leader:
-            return  # leadership is gone: the next leader carries on from the log
+            return False  # leadership is gone: the next leader carries on from the log
         try:
             self._last = node.propose_nowait(encode_entry(entry))
         except RaftError:
-            return
+            return False
         # Nobody may wait for this one: still collect its outcome.
         self._last.add_done_callback(_consume)
+        return True
 
     def touch(self) -> None:
         join_request(self)
