@@ -335,3 +335,21 @@ async def test_a_restart_starts_a_leftover_replica_as_leaving(
         await _until(lambda: leftover.destroyed)
     finally:
         await _stopped(js, task)
+
+
+async def test_a_stream_deleted_while_its_replica_here_is_leaving_takes_it_along(
+    tmp_path: Path, streams: list[_Stream]
+) -> None:
+    js = _Js(tmp_path)
+    keeper, task = await _running(js)
+    try:
+        first, out = _sa(("a", "b", "c")), _sa(("b", "c"))
+        await _carried_out(keeper, StreamChanged(("$G", "S"), None, first),
+                           StreamChanged(("$G", "S"), first, out))
+        replica = streams[0]
+        assert js.leaving[("$G", "S")] is replica
+        await _carried_out(keeper, StreamChanged(("$G", "S"), out, None))
+        await _until(lambda: replica.destroyed)
+        assert ("$G", "S") not in js.leaving
+    finally:
+        await _stopped(js, task)

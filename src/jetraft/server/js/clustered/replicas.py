@@ -62,6 +62,7 @@ class ReplicaKeeper:
         self.changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
         self.done_at_start = 0  # the meta index carried out before this start
         self.recorded = 0
+        self.destroying: set[str] = set()  # groups whose leaving replica is being destroyed
 
     @property
     def record_path(self) -> Path:
@@ -156,8 +157,7 @@ class ReplicaKeeper:
                 log.info("stream %s > %s: deleted", *key)
                 await replica.destroy()
             elif new is None:
-                await asyncio.to_thread(_remove_dir, js.raft_dir(change.old.group)
-                                        if change.old is not None else None)
+                await self._deleted(key, change.old.group if change.old is not None else None)
             else:
                 leaving = js.leaving.get(key)
                 if isinstance(leaving, StreamReplica):
@@ -207,8 +207,7 @@ class ReplicaKeeper:
                 if new is None and stream is not None and stream.is_leader:
                     stream.recheck_retention()  # what only this consumer held may go
             elif new is None:
-                await asyncio.to_thread(_remove_dir, js.raft_dir(change.old.group)
-                                        if change.old is not None else None)
+                await self._deleted(key, change.old.group if change.old is not None else None)
             else:
                 leaving = js.leaving.get(key)
                 if isinstance(leaving, ConsumerReplica):
@@ -276,7 +275,19 @@ class ReplicaKeeper:
             await asyncio.sleep(LEAVE_CHECK_S)
         if js.leaving.get(replica.key) is replica:
             del js.leaving[replica.key]
-            await replica.destroy()
+            self.destroying.add(replica.group.group)  # not a leftover meanwhile
+            try:
+                await replica.destroy()
+            finally:
+                self.destroying.discard(replica.group.group)
+
+    async def _deleted(self, key: tuple[str, ...], group: str | None) -> None:
+        """The stream or consumer is gone: a replica still leaving it goes too (there is
+        no group left to protect), and whatever log of it is left here."""
+        leaving = self.js.leaving.pop(key, None)
+        if leaving is not None:
+            await leaving.destroy()
+        await asyncio.to_thread(_remove_dir, self.js.raft_dir(group) if group else None)
 
     async def _check_removed(self) -> None:
         """A replica its group let go while this server is assigned to it again (the
@@ -307,7 +318,7 @@ class ReplicaKeeper:
         if not names:
             return
         running = {r.group.group for r in [*js.streams.values(), *js.consumers.values(),
-                                            *js.leaving.values()]}
+                                            *js.leaving.values()]} | self.destroying
         state = js.meta.state
         streams = {sa.group: sa for sa in state.streams.values()}
         consumers = {ca.group: ca for ca in state.consumers.values()}
