@@ -113,10 +113,14 @@ class ConsumerReplica:
         destroyed (the server left the stream) and another made (it came back): reading
         the old one's store, which nobody updates any more, delivers nothing new for
         good. Until another is made, the last one is kept."""
+        self.follow_stream()
+        return self._stream
+
+    def follow_stream(self) -> None:
+        """Observe the stream replica its server has now, if another one was made."""
         current = self.host.stream_replica(self.ca.account, self.ca.stream)
         if current is not None and current is not self._stream and not self.closed:
             self._observe(current)
-        return self._stream
 
     def _observe(self, replica: StreamReplica) -> None:
         self._forget_stream()

@@ -180,6 +180,9 @@ class ReplicaKeeper:
         js.streams[replica.key] = replica
         await replica.start(known=known)
         js.serve_direct(replica)
+        for consumer in [*js.consumers.values(), *js.leaving.values()]:
+            if isinstance(consumer, ConsumerReplica) and consumer.key[:2] == replica.key:
+                consumer.follow_stream()  # it came back: its consumers read this one now
         return replica
 
     # --- consumers ---------------------------------------------------------------------------
