@@ -384,7 +384,14 @@ class ConsumerCore:
                 del st.pending[s]
                 st.redelivered.pop(s, None)
                 self._rdq_discard(s)
-            st.ack_floor.consumer_seq = max(e.dseq, st.ack_floor.consumer_seq)
+            # The floor takes the delivery sequence this state knows for that message. A
+            # leader hands a message out before its Delivered entry commits; when it fails,
+            # that entry may be lost and its client acks with a delivery sequence the
+            # replicated state never reached. Taken as is, the floor would pass every
+            # delivery sequence the next leader hands out, and their entries, applied
+            # below the floor, would never count as delivered (cluster simulator seed 3).
+            dseq = min(e.dseq, st.delivered.consumer_seq)
+            st.ack_floor.consumer_seq = max(dseq, st.ack_floor.consumer_seq)
             st.ack_floor.stream_seq = e.sseq
             if e.sseq not in done:
                 done.append(e.sseq)

@@ -177,6 +177,26 @@ def test_ack_all_acks_everything_below(new_source: Callable[[], ListSource]) -> 
     assert core.apply(Acked(2, 2)) == []
 
 
+def test_ack_all_with_a_delivery_sequence_lost_in_a_failover(
+    new_source: Callable[[], ListSource],
+) -> None:
+    """A failed leader handed message 3 out as delivery 9, but its Delivered entries never
+    committed: the client's ack carries a delivery sequence this state never reached. The
+    floor stays within what was delivered, so the next leader's deliveries still count."""
+    src = new_source()
+    fill(src, 5)
+    core = make(src, ack_policy="all")
+    for s in (1, 2, 3):
+        core.apply(Delivered(s, s, 1, s * SEC))
+    assert core.apply(Acked(3, 9)) == [1, 2, 3]
+    assert (core.state.ack_floor.consumer_seq, core.state.ack_floor.stream_seq) == (3, 3)
+    core.apply(Delivered(4, 4, 1, 4 * SEC))
+    assert (core.state.delivered.consumer_seq, core.state.delivered.stream_seq) == (4, 4)
+    assert core.num_ack_pending == 1
+    assert core.apply(Acked(4, 4)) == [4]
+    assert core.num_ack_pending == 0
+
+
 def test_ack_none_floor_follows_delivery(new_source: Callable[[], ListSource]) -> None:
     src = new_source()
     fill(src, 3)
