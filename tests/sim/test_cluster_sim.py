@@ -37,7 +37,13 @@ def test_cluster_seeds(servers: int, start: int, count: int) -> None:
 
 # For each fix, a seed (and server count) on which the simulator catches the bug when
 # the server behaves as it does without the fix (found by python -m tests.sim.ablation).
-FIX_SEEDS: dict[str, tuple[int, int]] = {}
+FIX_SEEDS: dict[str, tuple[int, int]] = {
+    "leaving_follows_assignment": (6, 3),
+    "rejoin_fresh": (269, 3),
+    "leave_when_removed": (1290, 3),
+    "reconcile_retried": (2313, 3),
+    "meta_applied_recorded": (60, 3),
+}
 
 
 @pytest.mark.parametrize("fix", sorted(FIX_SEEDS))
@@ -116,4 +122,5 @@ def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "--- liveness phase" in out and "seed 3 servers=3: ok" in out
     assert main(["--list-fixes"]) == 0
-    assert all(name in capsys.readouterr().out for name in FIXES)
+    listed = capsys.readouterr().out
+    assert all(name in listed for name in FIXES)
