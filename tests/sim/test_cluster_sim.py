@@ -43,6 +43,9 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "leave_when_removed": (1290, 3),
     "reconcile_retried": (2313, 3),
     "meta_applied_recorded": (60, 3),
+    "ignored_ack_unanswered": (3, 3),
+    "lost_log_means_missing_dir": (76, 3),
+    "consumer_reads_current_stream": (28, 3),
 }
 
 
