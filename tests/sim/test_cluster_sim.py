@@ -46,6 +46,9 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "ignored_ack_unanswered": (3, 3),
     "lost_log_means_missing_dir": (76, 3),
     "consumer_reads_current_stream": (28, 3),
+    "replica_starts_with_first_config": (158, 3),
+    "bootstrap_recorded": (148, 3),
+    "restart_keeps_leaving": (145, 3),
 }
 
 
