@@ -49,6 +49,8 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "replica_starts_with_first_config": (158, 3),
     "bootstrap_recorded": (148, 3),
     "restart_keeps_leaving": (145, 3),
+    "durable_destroy": (401, 3),
+    "updates_marked": (456, 3),
 }
 
 
