@@ -51,6 +51,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "restart_keeps_leaving": (145, 3),
     "durable_destroy": (401, 3),
     "updates_marked": (456, 3),
+    "leave_only_when_removed": (216, 5),
 }
 
 
