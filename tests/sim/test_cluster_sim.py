@@ -37,7 +37,22 @@ def test_cluster_seeds(servers: int, start: int, count: int) -> None:
 
 # For each fix, a seed (and server count) on which the simulator catches the bug when
 # the server behaves as it does without the fix (found by python -m tests.sim.ablation).
-FIX_SEEDS: dict[str, tuple[int, int]] = {}
+FIX_SEEDS: dict[str, tuple[int, int]] = {
+    "leaving_follows_assignment": (6, 3),
+    "rejoin_fresh": (269, 3),
+    "leave_when_removed": (1290, 3),
+    "reconcile_retried": (2313, 3),
+    "meta_applied_recorded": (60, 3),
+    "ignored_ack_unanswered": (3, 3),
+    "lost_log_means_missing_dir": (76, 3),
+    "consumer_reads_current_stream": (28, 3),
+    "replica_starts_with_first_config": (158, 3),
+    "bootstrap_recorded": (148, 3),
+    "restart_keeps_leaving": (145, 3),
+    "durable_destroy": (401, 3),
+    "updates_marked": (456, 3),
+    "leave_only_when_removed": (216, 5),
+}
 
 
 @pytest.mark.parametrize("fix", sorted(FIX_SEEDS))

@@ -582,3 +582,23 @@ async def test_no_wait_counts_only_requests_whose_requester_is_still_there(
     await pull(nc, "NW", "C", b'{"batch":2,"no_wait":true,"expires":400000000}', later)
     assert [status_of(m) for m in await later.wait(1)] == [("408", "Request Timeout")]
     assert blocked.msgs == []
+
+
+async def test_an_ack_of_what_was_not_delivered_is_not_answered(nc: nats.NATS) -> None:
+    # As on nats-server: an ack sent as a request for a message the consumer has not
+    # delivered is ignored and not answered, so the requester cannot believe it acked
+    # something (a new consumer leader may not know its predecessor's last deliveries).
+    js = nc.jetstream()
+    await add_stream(nc)
+    await publish_n(nc, 3)
+    sub = await js.pull_subscribe("s.a", durable="D")
+    (first,) = await sub.fetch(1, timeout=2)
+    parts = first.reply.split(".")  # $JS.ACK.<stream>.<consumer>.<dc>.<sseq>.<dseq>...
+    parts[5] = parts[6] = "3"
+    with pytest.raises(nats.errors.TimeoutError):
+        await nc.request(".".join(parts), b"+ACK", timeout=0.5)  # bounded: no answer
+    await first.ack_sync()
+    info = await js.consumer_info("S", "D")
+    assert (info.num_pending, info.num_ack_pending) == (2, 0)
+    rest = await sub.fetch(2, timeout=2)
+    assert [m.metadata.sequence.stream for m in rest] == [2, 3]

@@ -66,7 +66,9 @@ class Replicator(Durable, Protocol):
     """A clustered consumer's RAFT group: entries are proposed to it and applied to the
     consumer's state machine once committed (on every replica, this one included)."""
 
-    def propose(self, entry: Entry) -> None: ...
+    def propose(self, entry: Entry) -> bool:
+        """False when the group refused it at once (this replica no longer leads)."""
+        ...
 
     def after_durable(self, callback: Callback) -> None: ...
 

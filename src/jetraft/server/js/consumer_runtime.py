@@ -108,6 +108,7 @@ class ConsumerRuntime:
         self._replay_due_ns = 0
         self._replay_upto = owner.source().bounds()[1]
         self.replicator = replicator
+        self.last_refused = False  # clustered: the group refused the last proposal
         self._route = self.env.router.route_message  # deliveries: see consumer_env.deliver_as
         self._account = self.env.account
         self._first_wait_ns = _first_wait_ns(core.cfg)
@@ -226,7 +227,7 @@ class ConsumerRuntime:
             if isinstance(entry, Delivered):
                 self.core.note_delivered(entry)
                 self.core.note_inflight(entry)
-            self.replicator.propose(entry)
+            self.last_refused = not self.replicator.propose(entry)
             self.changed()
             return []
         done = self.core.apply(entry)
@@ -596,7 +597,7 @@ class ConsumerRuntime:
     def _apply_ack(self, body: bytes, sseq: int, dseq: int, reply: str | None, now: int) -> bool:
         """Carry out one ack message; True when it is answered (if sent as a request)."""
         if not body or body == b"+ACK" or body == b"+OK":
-            self._ack(sseq, dseq)
+            return self._ack(sseq, dseq)
         elif body.startswith(b"+NXT"):
             self._ack(sseq, dseq)
             if reply:
@@ -608,7 +609,7 @@ class ConsumerRuntime:
             if self.core.is_pending(sseq):
                 self.propose(Progress(sseq, now))
         elif body.startswith(b"+TERM"):
-            self._ack(sseq, dseq, term=True)
+            return self._ack(sseq, dseq, term=True)
         else:
             return False
         return True
@@ -629,17 +630,19 @@ class ConsumerRuntime:
             # may be lost.
             log.error("consumer %s > %s: ack not committed: %s", self.core.stream, self.name, exc)
 
-    def _ack(self, sseq: int, dseq: int, term: bool = False) -> None:
+    def _ack(self, sseq: int, dseq: int, term: bool = False) -> bool:
+        """True when taken. One for what we have not delivered yet, or that the group
+        refused, is not answered (as on nats-server): the requester retries."""
         core = self.core
-        # An ack for something we have not delivered yet is bogus; ignore it.
         if sseq >= core.sseq and sseq > core.state.delivered.stream_seq:
-            return
+            return False
         limit = core.cfg.max_ack_pending
         was_full = 0 < limit <= len(core.state.pending)
         core.last_ack_ns = self.last_activity_ns
         self.propose(Acked(sseq, dseq, term))
         if was_full and len(core.state.pending) < limit:
             self.kick()
+        return not self.last_refused
 
     def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
         core = self.core

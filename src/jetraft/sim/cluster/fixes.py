@@ -1,11 +1,19 @@
 """Bugs the cluster simulator found in the server logic it mirrors, by name.
 
-The server's asyncio code (server/js/clustered) is the lead's to change; the simulator
-mirrors its decisions and carries the fix of each bug it found as a switch, on in every
-campaign (ClusterConfig.fixes). `python -m jetraft.sim --cluster --seed S --without NAME`
-replays a seed as the server behaves without the fix; tests/sim/test_cluster_sim.py keeps,
-for each, a seed on which the simulator catches the bug without it. Seeds named here are
-those that found each bug, under the code of the day: later changes move schedules.
+The server's asyncio code (server/js/clustered, server/js/consumer_runtime.py) carries the
+fix of every bug named here, each with a test of its own (tests/unit/server/test_js_*.py,
+tests/integration/jetstream/test_consumers_pull.py). The simulator mirrors the server's
+decisions and keeps each fix as a switch, on in every campaign (ClusterConfig.fixes):
+`python -m jetraft.sim --cluster --seed S --without NAME` replays a seed as the server
+behaved without the fix, and tests/sim/test_cluster_sim.py keeps, for each, a seed on
+which the simulator catches the bug without it, so CI proves the simulator still tells.
+Seeds named here are those that found each bug, under the code of the day: later changes
+move schedules.
+
+Where the server does a little more than a switch describes, the simulator mirrors that
+too: a lost log is one without the bootstrap record (its directory or its files gone);
+a leaving replica that was never given its group's configuration, or whose asset is
+deleted, is destroyed at once.
 """
 
 from __future__ import annotations

@@ -261,6 +261,7 @@ class SimServer:
                 del self.streams[key]
                 self.destroy(replica)
             elif new is None and change.old is not None:
+                self._deleted(key)
                 self.remove_dir(change.old.group)
             elif new is not None:
                 self._still_leaving(key, lambda r: setattr(r, "sa", new))
@@ -309,6 +310,7 @@ class SimServer:
                 del self.consumers[key]
                 self.destroy(replica)
             elif change.old is not None and new is None:
+                self._deleted(key)
                 self.remove_dir(change.old.group)
             elif new is not None:
                 self._still_leaving(key, lambda r: setattr(r, "ca", new))
@@ -378,14 +380,19 @@ class SimServer:
         def check(wal: Wal, rec: Recovered) -> Recovered:
             empty = not rec.entries and rec.snapshot is None and not rec.hard_state.term
             seen.append(empty)
-            lost = empty and (missing or not self.world.fixed("lost_log_means_missing_dir"))
-            if self.world.fixed("bootstrap_recorded"):
+            recorded = self.world.fixed("bootstrap_recorded")
+            # The server: lost when neither a log nor the record of how the replica
+            # started is there (its directory, or its files, are gone).
+            unknown = missing or (recorded and rec.bootstrap is None)
+            lost = empty and (unknown or not self.world.fixed("lost_log_means_missing_dir"))
+            if recorded:
                 if not known and empty:
                     wal.set_bootstrap(node.peers)  # before it takes part in anything
                 elif rec.bootstrap is not None:
                     node.peers = rec.bootstrap  # as it started, whatever is replayed
-                elif missing:
+                elif known and empty and unknown:
                     node.peers = ()  # lost: its configuration comes from the leader
+                    wal.set_bootstrap(())
             if known and lost and rec.corrupt is None:
                 self.world.trace(f"{self.name}: {replica.group}: no log although the group "
                                  "exists: rejoins as a damaged replica")
@@ -426,6 +433,14 @@ class SimServer:
             assign(replica)
             self._assignment_changed(replica)
 
+    def _deleted(self, key: tuple[str, ...]) -> None:
+        """The asset is deleted: with leave_only_when_removed (no timeout), the server
+        destroys a replica still leaving it at once (no group is left to protect)."""
+        replica = self.leaving.get(key)
+        if replica is not None and self.world.fixed("leave_only_when_removed"):
+            del self.leaving[key]
+            self.destroy(replica)
+
     def _start_leaving(self, key: tuple[str, ...], replica: Replica) -> None:
         self.leaving[key] = replica
         replica.leaving_since = self.world.tick_no
@@ -445,7 +460,9 @@ class SimServer:
                 self.world.transfer(self, replica.node, self._successor(replica))
                 return
             if self.world.fixed("leave_when_removed"):
-                if not replica.removed:  # let go by a committed removal, its leader says
+                # Let go by a committed removal, its leader says; or never given the
+                # group's configuration (joined, not added yet): it never counted.
+                if not replica.removed and not _never_joined(replica):
                     return
             elif not (replica.removed or self.name not in replica.members()):
                 return  # the server's test: also a newest configuration not committed
@@ -503,6 +520,15 @@ class SimServer:
     def driver_state(self, group: str) -> State | None:
         node = self.nodes.get(group)
         return node.driver.state if node is not None and node.driver is not None else None
+
+
+def _never_joined(replica: Replica) -> bool:
+    """The server's test (replicas._never_joined): no configuration known, not damaged."""
+    d = replica.node.driver
+    if d is None or d.core.corrupt:
+        return False
+    m = d.core.membership
+    return not m.voters and not m.learners and not d.core.in_bootstrap
 
 
 Callback = Callable[[object], None]

@@ -68,6 +68,10 @@ class ConsumerHost(GroupHost, Protocol):
         """An inactive consumer asks to be deleted (through the meta leader)."""
         ...
 
+    def stream_replica(self, account: str, name: str) -> StreamReplica | None:
+        """This server's replica of the stream now (serving or leaving), if any."""
+        ...
+
 
 class _Snapshot(msgspec.Struct, array_like=True):
     started: bool
@@ -86,7 +90,7 @@ class ConsumerReplica:
     ) -> None:
         self.host = host
         self.ca = ca
-        self.stream = stream
+        self._stream = stream  # the stream replica it observes (see ``stream``)
         self.account = account
         self.core = ConsumerCore(ca.stream, ca.name, ca.config, ca.created_ns)
         self.started = False  # a Start entry was applied
@@ -102,6 +106,35 @@ class ConsumerReplica:
         self._reconcile_task: asyncio.Task[None] | None = None
         stream.stream.add_observer(self)
         stream.stream.add_consumer(self)
+
+    @property
+    def stream(self) -> StreamReplica:
+        """The stream replica its server has now. The one it was made with may have been
+        destroyed (the server left the stream) and another made (it came back): reading
+        the old one's store, which nobody updates any more, delivers nothing new for
+        good. Until another is made, the last one is kept."""
+        self.follow_stream()
+        return self._stream
+
+    def follow_stream(self) -> None:
+        """Observe the stream replica its server has now, if another one was made."""
+        current = self.host.stream_replica(self.ca.account, self.ca.stream)
+        if current is not None and current is not self._stream and not self.closed:
+            self._observe(current)
+
+    def _observe(self, replica: StreamReplica) -> None:
+        self._forget_stream()
+        self._stream = replica
+        replica.stream.add_observer(self)
+        replica.stream.add_consumer(self)
+        if self.runtime is not None:
+            self.runtime.kick()  # what the new one holds may be deliverable
+
+    def _forget_stream(self) -> None:
+        stream = self._stream.stream
+        stream.remove_observer(self)
+        if stream.consumers.get(self.name) is self:
+            del stream.consumers[self.name]
 
     # --- identity (the stream's retention registry) ------------------------------------------
 
@@ -147,10 +180,7 @@ class ConsumerReplica:
             self.runtime.stop(deleted=deleted)
             self.runtime = None
         self.next_client.close()
-        stream = self.stream.stream
-        stream.remove_observer(self)
-        if stream.consumers.get(self.name) is self:
-            del stream.consumers[self.name]
+        self._forget_stream()
 
     def assignment_changed(self, ca: ConsumerAssignment) -> None:
         self.ca = ca
@@ -171,8 +201,18 @@ class ConsumerReplica:
         for _ in range(20):  # bounded: each round makes one change or finds none
             if self.closed or self.runtime is None:
                 return
-            if not await self.group.reconcile_members(self.ca.peers):
+            if not await self.group.reconcile_members(self.ca.peers, lambda: self.ca.peers):
                 return
+
+    def recheck(self) -> None:
+        """Leader, now and then: reconcile again if the group still differs from its
+        assignment (see ``StreamReplica.recheck``)."""
+        if self.closed or self.runtime is None:
+            return
+        if self._reconcile_task is not None and not self._reconcile_task.done():
+            return
+        if self.group.differs_from(self.ca.peers):
+            self.reconcile()
 
     # --- the state machine (raft.node.StateMachine) --------------------------------------------
 
@@ -208,16 +248,17 @@ class ConsumerReplica:
 
     # --- the replicator the leader's runtime proposes through -----------------------------------
 
-    def propose(self, entry: ConsumerEntry) -> None:
+    def propose(self, entry: ConsumerEntry) -> bool:
         node = self.group.node
         if node is None or not node.is_leader:
-            return  # leadership is gone: the next leader carries on from the log
+            return False  # leadership is gone: the next leader carries on from the log
         try:
             self._last = node.propose_nowait(encode_entry(entry))
         except RaftError:
-            return
+            return False
         # Nobody may wait for this one: still collect its outcome.
         self._last.add_done_callback(_consume)
+        return True
 
     def touch(self) -> None:
         join_request(self)

@@ -28,7 +28,7 @@ from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.node import RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
-from jetraft.raft.wal import Wal
+from jetraft.raft.wal import Recovered, Wal
 from jetraft.server.cluster.raftnet import RaftNet
 
 log = logging.getLogger("jetraft.js.raft")
@@ -50,6 +50,26 @@ def peer_id(server_name: str) -> str:
     """nats-server's 8-character peer id of a server name (base62 of its SHA-256)."""
     digest = hashlib.sha256(server_name.encode()).digest()
     return "".join(_B62[b % 62] for b in digest[:8])
+
+
+def remove_durably(path: Path) -> None:
+    """Remove a replica's directory so that it stays removed: the unlinks are synced
+    before the directory goes, and its removal is synced in its parent. Without that a
+    power loss may bring back some of the unlinked files, and the replica would restart
+    on an older log (say an old configuration in which it was the only voter)."""
+    if not path.is_dir():
+        return
+    disk = OsDisk()
+    for child in path.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                child.unlink()
+    disk.sync_dir(str(path))
+    with contextlib.suppress(FileNotFoundError):
+        path.rmdir()
+    disk.sync_dir(str(path.parent))
 
 
 class GroupHost(Protocol):
@@ -99,7 +119,6 @@ class RaftGroup:
         self._last_leader = ""
         self.corrupt = ""
         self.removed = False  # the group committed a configuration without us
-        self.recovered_last = 0  # last log index found on disk at start (replays up to it)
         self.failed = ""  # the node stopped on a storage error
 
     @property
@@ -108,20 +127,23 @@ class RaftGroup:
 
     async def start(self, *, known: bool = False) -> None:
         """``known``: the group existed before this server started (its assignment was
-        replayed from the meta log); an empty log then means this server lost its copy,
-        and it rejoins as a damaged replica: it neither votes nor campaigns until its
-        leader has repaired it, so what it forgot can never be decided by its vote."""
+        replayed from the meta log). A known group that finds neither a log nor the
+        record of how its replica started (its directory is gone: the disk was wiped, or
+        this server had removed it; or its files are) lost its log: it rejoins as a
+        damaged replica, which neither votes nor campaigns until its leader has repaired
+        it, so what it forgot can never be decided by its vote. A replica that finds the
+        record but an empty log is not damaged: it stopped before its first fsync, so it
+        acknowledged nothing and voted for nobody (see ``_recover``)."""
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
-        last = recovered.entries[-1].index if recovered.entries else 0
-        snap = recovered.snapshot.meta.index if recovered.snapshot is not None else 0
-        self.recovered_last = max(last, snap, recovered.hard_state.commit)
         empty = not recovered.entries and recovered.snapshot is None and not (
             recovered.hard_state.term
         )
-        if known and empty and recovered.corrupt is None:
-            log.warning("RAFT group %s: no log on disk although the group exists; "
-                        "rejoining as a damaged replica, repaired from its peers", self.group)
-            recovered = dataclasses.replace(recovered, corrupt="log lost")
+        try:
+            recovered = self._recover(wal, recovered, known=known, empty=empty)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                wal.close()
+            raise
         if recovered.corrupt:
             self.corrupt = recovered.corrupt
             log.error("RAFT group %s: log damaged (%s); repairing from peers", self.group,
@@ -150,6 +172,33 @@ class RaftGroup:
         if fresh and self.peers and self.peers[0] == self.host.server_name:
             # A new group's preferred leader (placed first) campaigns at once.
             self.node.campaign()
+
+    def _recover(self, wal: Wal, recovered: Recovered, *, known: bool,
+                 empty: bool) -> Recovered:
+        """Settle how the replica starts, durably, before it takes part in anything.
+
+        Its first configuration is not a log entry, so it is recorded (the BOOTSTRAP file:
+        the group's first voters, or none when it joins an existing group) and every
+        restart starts it the recorded way, whatever assignment the meta log replays (a
+        later one may name other servers). A lost log is recorded too (the CORRUPT
+        marker): once the damaged replica persisted its next term its log is no longer
+        empty, and without the mark a restart would take it for a healthy one."""
+        if not known and empty:
+            wal.set_bootstrap(self.peers)
+            return recovered
+        if recovered.bootstrap is not None:
+            self.peers = recovered.bootstrap
+            return recovered
+        if not (known and empty):
+            return recovered  # a log of before the record existed: started as assigned
+        self.peers = ()  # lost: its configuration comes from its leader, every time
+        wal.set_bootstrap(())
+        if recovered.corrupt is None:
+            log.warning("RAFT group %s: no log on disk although the group exists; "
+                        "rejoining as a damaged replica, repaired from its peers", self.group)
+            wal.mark_corrupt("log lost")
+            recovered = dataclasses.replace(recovered, corrupt="log lost")
+        return recovered
 
     def _removed(self) -> None:
         log.info("RAFT group %s: this server was removed from the group", self.group)
@@ -181,16 +230,28 @@ class RaftGroup:
         self.node = None
 
     async def destroy(self) -> None:
-        """This server left the group: stop and remove its log."""
+        """This server left the group: stop and remove its log, durably."""
         await self.stop()
-        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        await asyncio.to_thread(remove_durably, self.dir)
 
-    async def reconcile_members(self, want: Sequence[str]) -> bool:
+    def differs_from(self, want: Sequence[str]) -> bool:
+        """Leader: does the group's membership differ from ``want``?"""
+        node = self.node
+        if node is None:
+            return False
+        m = node.core.membership
+        return bool(m.learners) or set(m.voters) != set(want)
+
+    async def reconcile_members(self, want: Sequence[str],
+                                wanted: Callable[[], Sequence[str]] | None = None) -> bool:
         """Leader: one step towards the membership ``want`` (the assignment's servers), as
         ``jetstream.reconcile.next_step`` decides: promote a caught-up learner, wait for
         one catching up, add a missing server as a learner, remove one no longer wanted,
         or hand leadership to a wanted voter when we are the one unwanted (the new leader
-        removes us). True when it did something (call again)."""
+        removes us). True when it did something (call again). ``wanted`` gives the
+        assignment's servers as they are now: waiting for a learner stops when they
+        change (the learner may be unwanted now, and the group keeps unwanted replicas
+        meanwhile)."""
         node = self.node
         if node is None or not node.is_leader:
             return False
@@ -207,7 +268,8 @@ class RaftGroup:
             if step.kind is StepKind.CATCH_UP:
                 peer = step.peer
                 await node.wait_for(
-                    lambda: core.learner_caught_up(peer) or not node.is_leader, 30.0)
+                    lambda: core.learner_caught_up(peer) or not node.is_leader
+                    or (wanted is not None and tuple(wanted()) != tuple(want)), 30.0)
                 return True
             change = step.change()
             assert change is not None

@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import random
-import shutil
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -32,10 +31,8 @@ import msgspec
 from jetraft.config import ServerConfig
 from jetraft.jetstream.meta import (
     Change,
-    ConsumerChanged,
     MetaEntry,
     RemoveConsumer,
-    StreamChanged,
 )
 from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.placement import ServerFacts
@@ -50,6 +47,7 @@ from jetraft.server.js.clustered.api import ClusterApi, SystemApi
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import TICK_S, RaftGroup, peer_id
 from jetraft.server.js.clustered.meta_group import MetaGroup, MetaUnavailable
+from jetraft.server.js.clustered.replicas import ReplicaKeeper
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from jetraft.server.js.clustered.subjects import (
     CONSUMER_DELETE_SUBJECT,
@@ -61,8 +59,6 @@ from jetraft.server.js.host import JsHost
 
 log = logging.getLogger("jetraft.js.cluster")
 
-# A replica taken out of its group stops once the group no longer counts it, or after this.
-LEAVE_TIMEOUT_S = 30.0
 # How long a server knows no meta leader before the smallest-named one answers for it
 # (shorter gaps are missed heartbeats while the leader goes on answering).
 LEADERLESS_AFTER_S = 1.0
@@ -96,7 +92,7 @@ class ClusteredJetStream:
         self._enabled = accounts
         self.internal = InternalClient(server.router, server.internal_account, "jetstream cluster")
         self.system_api: SystemApi | None = None
-        self._changes: asyncio.Queue[tuple[Change, bool]] = asyncio.Queue()
+        self.keeper = ReplicaKeeper(self)
         self._change_task: asyncio.Task[None] | None = None
         self.rng = random.Random()
         self.peer_facts: dict[str, PeerInfo] = {}
@@ -106,7 +102,9 @@ class ClusteredJetStream:
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._change_task = asyncio.ensure_future(self._process_changes())
+        self.keeper.load()
+        self._change_task = asyncio.ensure_future(self.keeper.process_changes())
+        self.spawn(self.keeper.recheck_leaders())
         self.mesh.add_peer_listener(self._peer_changed)
         for peer in self.mesh.peers():
             self._peer_changed(peer, True)
@@ -192,9 +190,13 @@ class ClusteredJetStream:
     def is_online(self, server: str) -> bool:
         return server == self.server.name or server in self.mesh.by_name
 
-    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
-        for change in changes:
-            self._changes.put_nowait((change, replay))
+    def meta_changed(self, changes: list[Change], index: int | None) -> None:
+        self.keeper.meta_changed(changes, index)
+
+    def stream_replica(self, account: str, name: str) -> StreamReplica | None:
+        key = (account, name)
+        replica = self.streams.get(key) or self.leaving.get(key)
+        return replica if isinstance(replica, StreamReplica) else None
 
     def meta_leader_changed(self, leader: str) -> None:
         pass
@@ -239,94 +241,6 @@ class ClusteredJetStream:
         names = [self.server.name, *(p.name for p in self.mesh.peers() if p.jetstream)]
         return min(names) == self.server.name
 
-    # --- assignments -> local replicas -------------------------------------------------------
-
-    async def _process_changes(self) -> None:
-        while True:
-            change, replay = await self._changes.get()
-            try:
-                if isinstance(change, StreamChanged):
-                    await self._stream_changed(change, replay)
-                elif isinstance(change, ConsumerChanged):
-                    await self._consumer_changed(change, replay)
-            except Exception:
-                log.exception("JetStream cluster: applying %s failed", change)
-
-    async def _stream_changed(self, change: StreamChanged, replay: bool) -> None:
-        me = self.server.name
-        key, new = change.key, change.new
-        replica = self.streams.get(key)
-        if new is not None and me not in new.peers and replica is not None:
-            # Taken out of the group: keep serving the group until its leader has removed
-            # us from the RAFT membership (it may need our vote to commit that change).
-            del self.streams[key]
-            self.leaving[key] = replica
-            replica.assignment_changed(new)
-            self._spawn(self._leave(replica))
-            return
-        if replica is None and new is not None and me in new.peers and key in self.leaving:
-            back = self.leaving.pop(key)  # back in before it left
-            assert isinstance(back, StreamReplica)
-            replica = self.streams[key] = back
-        if new is None or me not in new.peers:
-            if replica is not None:
-                del self.streams[key]
-                log.info("stream %s > %s: deleted", *key)
-                await replica.destroy()
-            elif new is None:
-                await asyncio.to_thread(_remove_dir, self.raft_dir(change.old.group)
-                                        if change.old is not None else None)
-            return
-        if replica is not None:
-            replica.assignment_changed(new)
-            self._serve_direct(replica)
-            return
-        if self.account_named(new.account) is None:
-            log.error("stream %s > %s: account unknown here", *key)
-            return
-        joining = change.old is not None and me not in change.old.peers
-        replica = StreamReplica(self, new, joining=joining)
-        self.streams[key] = replica
-        await replica.start(known=replay)
-        self._serve_direct(replica)
-
-    async def _consumer_changed(self, change: ConsumerChanged, replay: bool) -> None:
-        me = self.server.name
-        key, new = change.key, change.new
-        replica = self.consumers.get(key)
-        if new is not None and me not in new.peers and replica is not None:
-            del self.consumers[key]
-            self.leaving[key] = replica
-            replica.assignment_changed(new)
-            self._spawn(self._leave(replica))
-            return
-        if replica is None and new is not None and me in new.peers and key in self.leaving:
-            back = self.leaving.pop(key)
-            assert isinstance(back, ConsumerReplica)
-            replica = self.consumers[key] = back
-        if new is None or me not in new.peers:
-            if replica is not None:
-                del self.consumers[key]
-                await replica.destroy()
-                stream = self.streams.get(key[:2])
-                if new is None and stream is not None and stream.is_leader:
-                    stream.recheck_retention()  # what only this consumer held may go
-            elif change.old is not None and new is None:
-                await asyncio.to_thread(_remove_dir, self.raft_dir(change.old.group))
-            return
-        if replica is not None:
-            replica.assignment_changed(new)
-            return
-        stream = self.streams.get(key[:2])
-        account = self.account_named(new.account)
-        if stream is None or account is None:
-            log.error("consumer %s > %s > %s: its stream has no replica here", *key)
-            return
-        joining = change.old is not None and me not in change.old.peers
-        replica = ConsumerReplica(self, new, stream, account, joining=joining)
-        self.consumers[key] = replica
-        await replica.start(known=replay)
-
     def retire(self, account: str, stream: str, seqs: Sequence[int]) -> None:
         replica = self.streams.get((account, stream))
         if replica is not None and replica.is_leader:
@@ -357,36 +271,18 @@ class ClusteredJetStream:
         _, _, account, stream, name = subject.split(".", 4)
         if (account, stream, name) in self.meta.state.consumers:
             log.info("deleting inactive consumer %s > %s > %s", account, stream, name)
-            self._spawn(self._propose_quietly(RemoveConsumer(account, stream, name)))
+            self.spawn(self._propose_quietly(RemoveConsumer(account, stream, name)))
 
     async def _propose_quietly(self, entry: MetaEntry) -> None:
         with contextlib.suppress(MetaUnavailable):
             await self.meta.propose(entry)
 
-    async def _leave(self, replica: StreamReplica | ConsumerReplica) -> None:
-        log.info("%s: this server is no longer a replica", " > ".join(replica.key))
-        if isinstance(replica, StreamReplica):
-            replica.serve_direct(None)
-        deadline = time.monotonic() + LEAVE_TIMEOUT_S
-        while time.monotonic() < deadline and not replica.closed:
-            if self.leaving.get(replica.key) is not replica:
-                return  # assigned here again meanwhile
-            if replica.is_leader:
-                with contextlib.suppress(RaftError):
-                    replica.step_down()
-            elif replica.group.removed or self.server.name not in replica.group.members():
-                break
-            await asyncio.sleep(0.2)
-        if self.leaving.get(replica.key) is replica:
-            del self.leaving[replica.key]
-            await replica.destroy()
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _serve_direct(self, replica: StreamReplica) -> None:
+    def serve_direct(self, replica: StreamReplica) -> None:
         api = self.apis.get(replica.sa.account)
         replica.serve_direct(api.direct_get if api is not None else None)
 
@@ -549,8 +445,3 @@ def _json_dict(got: tuple[bytes | None, bytes] | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return value if isinstance(value, dict) else None
-
-
-def _remove_dir(path: Path | None) -> None:
-    if path is not None:
-        shutil.rmtree(path, ignore_errors=True)

@@ -241,7 +241,8 @@ async def _update(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any
         peers = tuple(_place(api, cfg, existing=tuple(ordered)))
     new = StreamAssignment(sa.account, cfg, sa.group, peers, sa.created_ns)
     if new != sa:
-        await _propose(api, AssignStream(new))
+        # Marked as an update: if a delete is ordered before it, it makes nothing.
+        await _propose(api, AssignStream(new, update=True))
     return await _stream_answer(api, new, reply, kind, {})
 
 
@@ -457,7 +458,7 @@ async def _peer_remove(api: ClusterApi, subject: str, reply: str, data: bytes) -
             raise E.api_error(10075) from None
         peers = list(rest)  # no replacement: fewer replicas rather than none removed
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
-    await _propose(api, AssignStream(new))
+    await _propose(api, AssignStream(new, update=True))
     try:
         await _move_consumers(api.js, sa, new, chosen)
     except MetaUnavailable as exc:
@@ -517,7 +518,7 @@ async def server_remove(js: ClusteredJetStream, data: bytes) -> dict[str, Any]:
             if not peers:
                 continue
             new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
-            await js.meta.propose(AssignStream(new))
+            await js.meta.propose(AssignStream(new, update=True))
             await _move_consumers(js, sa, new, target)
     except MetaUnavailable:
         return E.error_body(_t(kind), E.api_error(10008))

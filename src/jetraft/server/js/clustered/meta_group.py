@@ -33,9 +33,9 @@ PROPOSE_TIMEOUT_S = 5.0
 
 
 class MetaHost(GroupHost, Protocol):
-    def meta_changed(self, changes: list[Change], replay: bool = False) -> None:
-        """Assignments changed (applied entries, or a snapshot installed). ``replay``:
-        they were already in force before this server started."""
+    def meta_changed(self, changes: list[Change], index: int | None) -> None:
+        """Assignments changed by the entry at ``index`` (None: a snapshot installed or
+        recovered); the host tells those it carried out before this start (replays)."""
         ...
 
     def meta_leader_changed(self, leader: str) -> None: ...
@@ -78,9 +78,7 @@ class MetaGroup:
     def apply(self, entry: Entry) -> object:
         changes = self.state.apply(decode_entry(entry.data))
         if changes:
-            # Entries that were in the log on disk are replays: the assignments they make
-            # existed before this start.
-            self.host.meta_changed(changes, replay=entry.index <= self.group.recovered_last)
+            self.host.meta_changed(changes, entry.index)
         return changes
 
     def snapshot(self) -> bytes:
@@ -89,7 +87,13 @@ class MetaGroup:
     def restore(self, data: bytes) -> None:
         changes = self.state.restore(data)
         if changes:
-            self.host.meta_changed(changes, replay=True)
+            self.host.meta_changed(changes, None)
+
+    @property
+    def applied_index(self) -> int:
+        """The last entry applied here: every change up to it was given to the host."""
+        node = self.group.node
+        return node.driver.applied if node is not None else 0
 
     # --- leadership --------------------------------------------------------------------------
 

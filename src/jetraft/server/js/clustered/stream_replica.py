@@ -98,11 +98,16 @@ class StreamReplica:
         account = host.account_named(sa.account)
         assert account is not None
         self.account = account
-        self.stream = Stream(sa.config, MemoryStore(), sa.created_ns, host.domain)
-        if sa.config.first_seq > 1:
+        # The config the group started with: a replica replays the group's log from its
+        # first entry (joining or restarting without a snapshot), and the entries before
+        # an UpdateConfig were applied under the old config (a smaller max_msg_size, say,
+        # would refuse messages the others stored).
+        first = sa.first_config
+        self.stream = Stream(first, MemoryStore(), sa.created_ns, host.domain)
+        if first.first_seq > 1:
             # As on one server: the empty store starts at first_seq. Every replica does it
             # from the assignment, before any entry (or snapshot) is applied.
-            self.stream.store.purge(None, sa.config.first_seq, 0)
+            self.stream.store.purge(None, first.first_seq, 0)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         self._direct_waits: set[asyncio.Task[None]] = set()
@@ -370,7 +375,18 @@ class StreamReplica:
                 log.debug("stream %s: config update: %s", self.name, exc)
                 return False
             return True
-        return await self.group.reconcile_members(sa.peers)
+        return await self.group.reconcile_members(sa.peers, lambda: self.sa.peers)
+
+    def recheck(self) -> None:
+        """Leader, now and then: reconcile again if the group still differs from its
+        assignment (a run ends early on a failed step, or after its 20 rounds, and would
+        otherwise leave the group as it is until leadership or the assignment changes)."""
+        if not self._leading or self.closed:
+            return
+        if self._reconcile_task is not None and not self._reconcile_task.done():
+            return
+        if self.sa.config != self.stream.config or self.group.differs_from(self.sa.peers):
+            self.reconcile()
 
     def step_down(self, preferred: str | None = None) -> str:
         node = self.group.node
