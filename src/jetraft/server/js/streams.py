@@ -241,7 +241,7 @@ class StreamRuntime:
         if self.closed:
             return
         try:
-            self._answer_one(subject, reply, self._apply_one(subject, reply, hdr, data))
+            self._answer_one(reply, self._apply_one(subject, reply, hdr, data))
         finally:
             self._changed()
 
@@ -271,7 +271,7 @@ class StreamRuntime:
                     except Exception as exc:
                         result = self._refused(subject, reply, exc)
                     if not (reply and batched and isinstance(result, PubAck)):
-                        self._answer_one(subject, reply, result)
+                        self._answer_one(reply, result)
                         continue
                     # As in _answer_one: the batch of answers waiting for the next commit.
                     acks = self._acks
@@ -299,7 +299,7 @@ class StreamRuntime:
             log.exception("stream %s: storing a message on %s failed", self.name, subject)
         return PubAck(reply or "", self.name, 0, False, E.store_failed(str(exc)))
 
-    def _answer_one(self, subject: str, reply: str | None, result: Result) -> None:
+    def _answer_one(self, reply: str | None, result: Result) -> None:
         """Send or queue the answer to one publish."""
         if not reply or self.stream.config.no_ack or not isinstance(result, PubAck):
             return
