@@ -64,8 +64,20 @@ def test_the_simulator_catches_each_bug_without_its_fix(fix: str) -> None:
     assert res.ok, f"seed {seed} fails with every fix too: {res.error}"
 
 
+# Fixes the simulator found under earlier code but no longer shows without the fix, in
+# seeds 0-1300 of 3 servers and 0-800 of 5 (other fixes now hide them: a lost log also
+# records that its replica starts without peers; the idle leader's periodic recheck ends
+# the old wait's effect). The server keeps both fixes, each covered by a unit test of its
+# own (tests/unit/server/test_js_group_start.py, test_js_reconcile_members.py).
+NOT_SHOWN_TODAY: dict[str, str] = {
+    "lost_log_marked": "masked by bootstrap_recorded (a lost log starts without peers)",
+    "reconcile_wakes_on_assignment": "masked by reconcile_retried (idle leaders recheck)",
+}
+
+
 def test_every_fix_has_a_seed() -> None:
-    assert set(FIX_SEEDS) == set(FIXES)
+    assert set(FIX_SEEDS) | set(NOT_SHOWN_TODAY) == set(FIXES)
+    assert not set(FIX_SEEDS) & set(NOT_SHOWN_TODAY)
 
 
 def test_a_seed_replays_exactly() -> None:

@@ -292,10 +292,15 @@ class RaftCore:
             self._tick_leader()
             return
         self.elapsed += 1
-        if self.elapsed >= self._timeout:
+        # Only a replica that may campaign restarts its clock: one that may not (a learner,
+        # a damaged replica) keeps counting, so once its leader is silent for an election
+        # timeout it is out of the leader's lease for good and answers candidates. A learner
+        # promoted by an entry it never received must vote for the voter that holds that
+        # entry, or a two-voter group whose leader restarted elects nobody (cluster
+        # simulator seed 111); restarting the clock renewed the lease every timeout.
+        if self.elapsed >= self._timeout and self.promotable():
             self.elapsed = 0
-            if self.promotable():
-                self.campaign()
+            self.campaign()
 
     def _tick_leader(self) -> None:
         self.elapsed += 1

@@ -157,3 +157,30 @@ def test_a_replica_removed_by_a_committed_configuration_is_not_answered() -> Non
     b.elapsed = 100  # no lease: only the removal keeps c from being answered
     b.step(VoteRequest(b.term + 1, "c", "b", 100, b.term, pre_vote=True))
     assert not [m for m in b.msgs if m.to == "c"]
+
+
+def test_a_learner_answers_candidates_once_its_leader_is_silent() -> None:
+    """Cluster simulator seed 111: a single voter promoted its learner by an entry the
+    learner never received, then restarted: a two-voter group on the voter's log, a
+    learner on the learner's. The learner cannot campaign; it must answer the voter's
+    candidacy, so once its leader is silent for an election period the lease is over for
+    good (it used to start again with every timeout of the learner's own clock)."""
+    c = Cluster("a")
+    c.elect("a")
+    a = c.nodes["a"].core
+    c.add_node("l")
+    a.change_membership(change(ChangeKind.ADD_LEARNER, "l"))
+    c.process("a")
+    c.stabilize()
+    learner = c.nodes["l"].core
+    assert learner.membership.learners == ("l",) and learner.lead == "a"
+    c.crash("a")
+    last, term = learner.log.last_index, learner.log.last_term
+    for _ in range(2 * c.cfg.election_ticks):  # silence: the lease runs out
+        c.tick("l")
+    for k in range(4 * c.cfg.election_ticks):  # and stays out, tick after tick
+        c.tick("l")
+        learner.msgs.clear()
+        learner.step(VoteRequest(term + 1, "a", "l", last + 1, term, pre_vote=True))
+        granted = [m for m in learner.msgs if isinstance(m, VoteResponse) and m.granted]
+        assert granted, f"pre-vote not answered {k} ticks on"
