@@ -236,3 +236,22 @@ async def test_direct_get_through_any_server_sees_an_acknowledged_write(
     await js.delete_stream("KV_STALE")
     for nc in ncs:
         await nc.close()
+
+
+async def test_peer_remove_without_a_spare_server_is_refused(shared_cluster: Cluster) -> None:
+    """Three servers, three replicas: no server can take a removed peer's place, so the
+    removal is refused with nats-server's 10075 and the stream keeps its replicas."""
+    nc = await _connect(shared_cluster)
+    js = nc.jetstream()
+    await js.add_stream(name="NOSPARE", subjects=["nospare"], num_replicas=3)
+    info = await js.stream_info("NOSPARE")
+    peer = (info.cluster.replicas or [])[0].name
+    reply = await nc.request("$JS.API.STREAM.PEER.REMOVE.NOSPARE",
+                             json.dumps({"peer": peer}).encode(), timeout=10)
+    err = json.loads(reply.data)["error"]
+    assert (err["code"], err["err_code"], err["description"]) == (503, 10075, "peer remap failed")
+    info = await js.stream_info("NOSPARE")
+    assert peer in {r.name for r in info.cluster.replicas or []}
+    assert len(info.cluster.replicas or []) == 2
+    await js.delete_stream("NOSPARE")
+    await nc.close()

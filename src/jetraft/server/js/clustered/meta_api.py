@@ -454,9 +454,9 @@ async def _peer_remove(api: ClusterApi, subject: str, reply: str, data: bytes) -
     try:
         peers = _place(api, sa.config, existing=rest, exclude=(chosen,))
     except E.ApiError:
-        if len(rest) == 0:
-            raise E.api_error(10075) from None
-        peers = list(rest)  # no replacement: fewer replicas rather than none removed
+        # No server can take the peer's place: refused, as nats-server refuses it ("peer
+        # remap failed"), rather than leaving the stream with fewer replicas than asked.
+        raise E.api_error(10075) from None
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
     await _propose(api, AssignStream(new, update=True))
     try:
