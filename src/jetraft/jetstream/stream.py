@@ -57,16 +57,24 @@ ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
 
 
-_LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"
-_LONE_AT = len(_LONE_MSG_ID)
+LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
+_LONE_AT = len(LONE_MSG_ID)
+
+
+def lone_msg_id(hdr: bytes) -> str | None:
+    """The id of a header block that holds a ``Nats-Msg-Id`` and nothing else (the most
+    common block by far: a publisher's dedupe id), else None."""
+    if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
+        return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
+    return None
 
 
 def nats_headers(hdr: bytes) -> dict[str, str]:
     """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
     and nothing at all for the common block without any."""
-    if hdr.startswith(_LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
-        # The most common block by far (a publisher's dedupe id alone): no general parse.
-        return {MSG_ID: hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")}
+    msg_id = lone_msg_id(hdr)
+    if msg_id is not None:
+        return {MSG_ID: msg_id}  # no general parse
     out: dict[str, str] = {}
     if b"\r\nnats-" not in hdr.lower():
         return out
@@ -387,6 +395,47 @@ class Stream:
         for cb in self._listeners:
             cb(seq)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def takes_lone_ids(self) -> bool:
+        """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
+        check to a message carrying only a Nats-Msg-Id."""
+        cfg = self.config
+        return not cfg.sealed and cfg.retention == "limits" and cfg.discard != "new"
+
+    def store_with_id(
+        self, subject: str, hdr: bytes, data: bytes, msg_id: str, ts_ns: int
+    ) -> tuple[int, bool] | None:
+        """Apply ``StoreMsg(subject, _, hdr, data, ts_ns)`` whose header block is the lone
+        ``msg_id`` (``lone_msg_id``), on a stream that ``takes_lone_ids``: the decisions of
+        ``_apply_msg_checked`` for such a message, in its order, without building the entry
+        or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
+        leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
+        cfg = self.config
+        dd = self._dedupe
+        if msg_id:
+            if dd:
+                self._prune_dedupe(ts_ns)
+            seen = dd.get(msg_id)
+            if seen is not None:
+                return seen[0], True
+        size_limit = cfg.max_msg_size
+        hlen = len(hdr)
+        if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
+            return None
+        store = self.store
+        if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+            return None
+        seq, removed = store.store(subject, hdr, data, ts_ns)
+        self.last_msg_id = msg_id
+        if msg_id and cfg.duplicate_window > 0:
+            dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
+        if removed:
+            self._tell_removed(removed)
+        for obs in self._observers:
+            obs.on_stored(seq, subject)
+        for cb in self._listeners:
+            cb(seq)
+        return seq, False
 
     def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
         """A publish with headers, or to a stream whose config needs more checks."""

@@ -146,19 +146,27 @@ class Router:
     def route_answers(self, account: Account, answers: Sequence[tuple[str, bytes]]) -> None:
         """Messages from server components without reply or headers, in order (the PubAcks
         of one commit): as ``route_message`` for each, with the subject matched once per
-        stretch of equal subjects and the account counted once."""
+        stretch of equal subjects (or of reply subjects of one inbox, see
+        ``SubList.match_family``) and the account counted once."""
         sublist = account.sublist
         last: str | None = None
-        last_match: Match[Subscription] | None = None
+        stem: str | None = None  # the answer holds for "<stem><token>" while gen is current
+        gen = -1
         plain: tuple[Subscription, ...] = ()
         simple = False
         in_msgs = in_bytes = out_msgs = out_bytes = 0
         for subject, data in answers:
             if subject != last:
                 last = subject
-                match = sublist.match(subject)
-                if match is not last_match:  # unique reply subjects often share one
-                    last_match = match
+                if not (
+                    stem is not None
+                    and gen == sublist.generation
+                    and subject.startswith(stem)
+                    and subject.find(".", len(stem)) < 0
+                    and len(subject) > len(stem)
+                ):
+                    match, stem = sublist.match_family(subject)
+                    gen = sublist.generation
                     plain = match.plain
                     simple = not match.queues and not any(s.conn.is_route for s in plain)
             if not simple:
@@ -176,6 +184,47 @@ class Router:
         stats.in_bytes += in_bytes
         stats.out_msgs += out_msgs
         stats.out_bytes += out_bytes
+
+    def route_replies(
+        self, account: Account, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> int:
+        """Messages (header block or None, payload) from a server component to one subject
+        without reply, in order (a slice of a DIRECT.GET batch): as ``route_message`` for
+        each, matched once while the interest stays as it was. Returns how many receivers
+        took the last one (0: nobody listens any more)."""
+        sublist = account.sublist
+        gen = -1
+        plain: tuple[Subscription, ...] = ()
+        simple = False
+        got = in_msgs = in_bytes = out_msgs = out_bytes = 0
+        for hdr, data in items:
+            if gen != sublist.generation:
+                match = sublist.match(subject)
+                gen = sublist.generation
+                plain = match.plain
+                simple = not match.queues and not any(s.conn.is_route for s in plain)
+            if not simple:
+                got = self.route_message(None, account, subject, None, hdr, data)
+                if not got:
+                    break
+                continue
+            size = len(data) if hdr is None else len(data) + len(hdr)
+            in_msgs += 1
+            in_bytes += size
+            got = 0
+            for sub in plain:
+                if sub.conn.deliver(sub, subject, None, hdr, data):
+                    got += 1
+            out_msgs += got
+            out_bytes += size * got
+            if not got:
+                break
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+        return got
 
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
