@@ -54,3 +54,54 @@ def test_answers_reach_the_same_subscribers_in_order_as_one_by_one() -> None:
     assert ("2", "_INBOX.x.7", b"7") in inbox.got  # the literal subscription too
     assert acct.stats == ref_acct.stats
     assert acct.stats.in_msgs == len(answers)
+
+
+class Once(Sink):
+    """Unsubscribes its subscription (auto-unsubscribe after one message) on delivery."""
+
+    def __init__(self, router: Router, acct: Account) -> None:
+        super().__init__()
+        self.router, self.acct = router, acct
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        super().deliver(sub, subject, reply, hdr, data)
+        self.router.remove_subscription(self.acct, sub)
+        return True
+
+
+def test_answers_of_one_inbox_see_interest_change_midway() -> None:
+    """Answers to one inbox are matched once, but a subscription removed while they are
+    delivered is not handed the rest."""
+    router, acct = Router(random.Random(1)), Account("A")
+    once = Once(router, acct)
+    router.add_subscription(acct, Subscription(once, "_INBOX.x.*", None, "1"))
+    router.route_answers(acct, [(f"_INBOX.x.{n}", b"%d" % n) for n in range(5)])
+    assert once.got == [("1", "_INBOX.x.0", b"0")]
+
+
+class Full(Sink):
+    """Records header blocks too."""
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        self.got.append((sub.sid, subject, (hdr or b"") + data))
+        return True
+
+
+def test_replies_to_one_subject_go_in_order_and_stop_when_nobody_listens() -> None:
+    router, acct = Router(random.Random(1)), Account("A")
+    inbox, queued = Full(), Full()
+    router.add_subscription(acct, Subscription(inbox, "_INBOX.x.*", None, "1"))
+    router.add_subscription(acct, Subscription(queued, "_INBOX.q.*", "grp", "3"))
+    hdr = b"NATS/1.0\r\n\r\n"
+    items: list[tuple[bytes | None, bytes]] = [(None, b"a"), (hdr, b"b")]
+    assert router.route_replies(acct, "_INBOX.x.3", items) == 1
+    assert inbox.got == [("1", "_INBOX.x.3", b"a"), ("1", "_INBOX.x.3", hdr + b"b")]
+    assert router.route_replies(acct, "_INBOX.q.3", items) == 1  # a queue group: one by one
+    assert queued.got == [("3", "_INBOX.q.3", b"a"), ("3", "_INBOX.q.3", hdr + b"b")]
+    assert router.route_replies(acct, "_INBOX.gone.1", items) == 0
+    assert acct.stats.in_msgs == 5  # the first message to nobody counted, the rest not sent
+    assert acct.stats.out_msgs == 4
