@@ -5,8 +5,10 @@
                                      [--cases sink,read,read-consumer,stream-read,stream-write]
                                      [--read-option K=V ...] [--write-option K=V ...]
 
-For each server (file storage, default settings, a fresh store): a stream BENCH with
-``allow_direct``; then, one case after the other on the same stream:
+For each server (file storage, default settings, a fresh store): a warm-up (``--warmup``
+rows written to and read from a stream of their own, unmeasured: the JVM compiles its hot
+paths then, not in the first measured case), a stream BENCH with ``allow_direct``; then,
+one case after the other on the same stream:
 
 - sink: ``spark.range(N)`` as rows (subject, 128-byte data) written with
   ``df.write.format("jetstream")``: every row acknowledged (PubAck) before the job ends.
@@ -214,6 +216,31 @@ class Bench:
             .alias("data"),
         )
 
+    def warm_up(self) -> None:
+        """A small write and read on a stream of its own before the measured cases, so that
+        the JVM's JIT compilation (several CPU seconds on a fresh session) is not charged to
+        whichever server and case come first."""
+        from pyspark.sql import functions as F
+
+        create_stream(self.url, "WARM", ("warm.>",))
+        rows = self.args.warmup
+        df = self.spark.range(0, rows, 1, self.args.partitions).select(
+            F.lit("warm.data").alias("subject"), F.col("id").cast("string").alias("data")
+        )
+        df.write.format("jetstream").mode("append").option("servers", self.url).option(
+            "commitBucket", ""
+        ).save()
+        got = (
+            self.spark.read.format("jetstream")
+            .option("servers", self.url)
+            .option("stream", "WARM")
+            .option("minPartitions", str(self.args.partitions))
+            .load()
+            .count()
+        )
+        if got != rows:
+            raise AssertionError(f"warm-up read {got} rows, expected {rows}")
+
     def sink(self) -> Result:
         df = self.source_df()
 
@@ -304,6 +331,8 @@ def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Resu
     try:
         create_stream(url)
         bench = Bench(spark, args, url, proc.pid, tmp)
+        if args.warmup:
+            bench.warm_up()
         cases = args.cases
         if any(c != "sink" and c != "stream-write" for c in cases) and "sink" not in cases:
             cases = ["sink", *cases]  # the reads need the messages
@@ -377,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=SERVERS)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument(
+        "--warmup", type=int, default=200_000, help="rows written and read first (0: none)"
+    )
     parser.add_argument("--read-option", action="append", default=[], metavar="K=V")
     parser.add_argument("--write-option", action="append", default=[], metavar="K=V")
     args = parser.parse_args(argv)
