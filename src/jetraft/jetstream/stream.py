@@ -305,6 +305,9 @@ class Stream:
         self._observers: list[StreamObserver] = []
         # Nats-Msg-Id -> (seq, ts_ns), oldest first (for pruning by entry time).
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        # No entry expires before this time (the oldest one's time + the window; -1: look):
+        # spares the per-publish look at the oldest entry. A hint, never a decision.
+        self._prune_due = -1
         self.last_msg_id = ""
         # (expires_at_ns, seq) of messages with a Nats-TTL.
         self._ttl_heap: list[tuple[int, int]] = []
@@ -413,7 +416,7 @@ class Stream:
         cfg = self.config
         dd = self._dedupe
         if msg_id:
-            if dd:
+            if dd and ts_ns > self._prune_due:
                 self._prune_dedupe(ts_ns)
             seen = dd.get(msg_id)
             if seen is not None:
@@ -552,13 +555,18 @@ class Stream:
             self._dedupe.move_to_end(msg_id)
 
     def _prune_dedupe(self, now_ns: int) -> None:
-        cutoff = now_ns - self.config.duplicate_window
+        if now_ns <= self._prune_due:
+            return
+        window = self.config.duplicate_window
+        cutoff = now_ns - window
         dd = self._dedupe
         while dd:
             msg_id, (_, ts) = next(iter(dd.items()))
             if ts >= cutoff:
-                break
+                self._prune_due = ts + window
+                return
             del dd[msg_id]
+        self._prune_due = -1
 
     # --- API operations --------------------------------------------------------------------
 
@@ -599,6 +607,7 @@ class Stream:
     def _apply_config(self, cfg: StreamConfig) -> OpResult:
         old = self.config
         self.config = cfg
+        self._prune_due = -1  # the window may have changed
         removed = self.store.update_limits(limits_of(cfg))
         if removed:
             self._tell_removed(removed)
@@ -712,6 +721,7 @@ class Stream:
         self.config = config
         self.store.update_limits(limits_of(config))
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
+        self._prune_due = -1
         self.last_msg_id = last_msg_id
         self._ttl_heap = [tuple(item) for item in ttl]  # type: ignore[misc]
         heapq.heapify(self._ttl_heap)
