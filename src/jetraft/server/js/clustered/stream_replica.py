@@ -360,13 +360,10 @@ class StreamReplica:
         if no_ack:
             return
         result = outcome.result
-        publish = self.client.publish
         if isinstance(result, list):
-            for ack in result:
-                if ack.reply:
-                    publish(ack.reply, ack.body())
+            self.client.publish_answers([(a.reply, a.body()) for a in result if a.reply])
         elif isinstance(result, PubAck) and result.reply:
-            publish(result.reply, result.body())
+            self.client.publish(result.reply, result.body())
 
     # --- retention ---------------------------------------------------------------------------
 
