@@ -407,27 +407,21 @@ class RaftNode:
 
     def _resume(self, reply: object, error: BaseException | None) -> None:
         """Run the driver up to its next blocking job (handed to an I/O thread, which
-        calls back here with its outcome; or run here while jobs are fast, see
-        runtime.py) or to the end of its work."""
+        calls back here with its outcome) or to the end of its work."""
         gen = self._gen
         assert gen is not None
+        try:
+            job = gen.send(reply) if error is None else gen.throw(error)
+        except StopIteration:
+            self._finished()
+            return
+        except Exception as exc:
+            log.exception("RAFT node %s: processing failed; stopping it", self.id)
+            self.driver.fail(exc)
+            self._finished()
+            return
         assert self._rt is not None
-        io = self._rt.io
-        while True:
-            try:
-                job = gen.send(reply) if error is None else gen.throw(error)
-            except StopIteration:
-                self._finished()
-                return
-            except Exception as exc:
-                log.exception("RAFT node %s: processing failed; stopping it", self.id)
-                self.driver.fail(exc)
-                self._finished()
-                return
-            if not io.inline:
-                break
-            reply, error = io.run_inline(job)
-        io.submit(job, self._job_done)
+        self._rt.io.submit(job, self._job_done)
         self._notify()
 
     def _job_done(self, result: object, error: BaseException | None) -> None:

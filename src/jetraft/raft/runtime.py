@@ -12,15 +12,7 @@ A server hosts hundreds of groups. Giving each its own asyncio task, wake-up Eve
   all the jobs that finished while the loop was busy.
 
 Jobs of one node run one at a time (its Driver waits for each); jobs of different nodes
-may run at the same time, each fsync on its own file.
-
-Fast disks: when the jobs of this loop have recently taken less than `INLINE_JOB_S` each
-(an fdatasync on a disk with a write cache takes tens of microseconds), a node runs its
-next job on the loop's thread instead. The hand-over to a thread and back costs two
-thread wake-ups and a loop wake-up, more than such a job, and on a busy machine each
-wake-up may wait for a time slice. The job is the same call at the same point of the
-Ready (persist, fsync, send, apply), only on another thread; one slow job (or a few
-slower ones) sends the following ones back to the threads. The runtime is created
+may run at the same time, each fsync on its own file. The runtime is created
 with the first node of a loop and torn down (its threads ended) with the last.
 """
 
@@ -30,7 +22,6 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -38,10 +29,6 @@ log = logging.getLogger("jetraft.raft")
 
 Job = Callable[[], object]
 JobDone = Callable[[object, BaseException | None], None]
-
-# Jobs run on the loop's thread while their recent average stays below this (seconds).
-INLINE_JOB_S = 0.0002
-_EWMA_WEIGHT = 0.125  # of the newest job in the running average
 
 
 class Runnable(Protocol):
@@ -72,30 +59,6 @@ class IoWorker:
         self._threads: list[threading.Thread] = []
         self._free = 0  # threads waiting for a job
         self.jobs_run = 0
-        self.jobs_inline = 0
-        # Running average of how long jobs take (seconds); starts on the threads' side.
-        self.job_s = 10 * INLINE_JOB_S
-
-    def note_job_s(self, seconds: float) -> None:
-        """Fold one job's duration into the running average (a float store: safe from
-        any thread, a lost update only delays the switch)."""
-        self.job_s += (seconds - self.job_s) * _EWMA_WEIGHT
-
-    @property
-    def inline(self) -> bool:
-        """Should the next job run on the loop's thread (see the module docstring)?"""
-        return self.job_s < INLINE_JOB_S
-
-    def run_inline(self, job: Job) -> tuple[object, BaseException | None]:
-        """Run job() here, on the loop's thread: (result, error) as ``submit`` reports."""
-        self.jobs_inline += 1
-        t0 = time.perf_counter()
-        try:
-            return job(), None
-        except Exception as exc:  # handed to the node's driver, which decides
-            return None, exc
-        finally:
-            self.note_job_s(time.perf_counter() - t0)
 
     def submit(self, job: Job, done: JobDone) -> None:
         """Run job() on a worker thread; done(result, error) is called on the loop after."""
@@ -125,12 +88,10 @@ class IoWorker:
             job, done = item
             result: object = None
             error: BaseException | None = None
-            t0 = time.perf_counter()
             try:
                 result = job()
             except BaseException as exc:  # handed to the node's driver, which decides
                 error = exc
-            self.note_job_s(time.perf_counter() - t0)
             with lock:
                 self.jobs_run += 1
                 self._outcomes.append((done, result, error))
