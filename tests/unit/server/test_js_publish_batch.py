@@ -135,3 +135,23 @@ async def test_publishes_of_one_loop_turn_are_one_entry_acked_only_once_committe
     finally:
         gate.set()
         await replica.stop()
+
+
+async def test_snapshots_and_the_log_kept_after_them_are_paced_by_messages(
+    tmp_path: Path,
+) -> None:
+    # Batches of 128 messages: a snapshot every max(8192, stored) messages is every 64
+    # entries, and the 1024 messages kept after it are 8 entries (at least 16 are kept).
+    replica = _replica(tmp_path, "paced")
+    await replica.start()
+    try:
+        node = replica.group.node
+        assert node is not None
+        batch = StoreBatch([StoreMsg("s.a", "", None, b"x", 1)] * 128)
+        for k in range(8):
+            replica.apply(Entry(1, 100 + k, EntryKind.NORMAL, encode_entry(batch)))
+        assert replica.stream.store.state().msgs == 1024
+        assert node.driver.snapshot_entries == 8192 // 128
+        assert node.driver.keep_entries == 16
+    finally:
+        await replica.stop()

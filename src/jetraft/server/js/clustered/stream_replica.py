@@ -68,6 +68,7 @@ log = logging.getLogger("jetraft.js.stream")
 PROPOSE_TIMEOUT_S = 5.0
 MIN_SNAPSHOT_ENTRIES = 8192
 SNAPSHOT_CHECK_EVERY = 1024
+KEEP_MSGS = 1024  # messages kept in the log after a snapshot (RaftNode's keep_entries)
 # A batch of publishes is proposed at the end of the loop turn, or sooner at these sizes (a
 # batch is one log entry: followers that fall behind get it whole, in AppendEntries of
 # about 1 MB).
@@ -244,6 +245,9 @@ class StreamReplica:
         if node is not None:
             msgs = max(MIN_SNAPSHOT_ENTRIES, self.stream.store.state().msgs)
             node.driver.snapshot_entries = max(int(msgs / per_entry), 64)
+            # The entries kept after a snapshot for followers slightly behind: as many
+            # messages as before batching, not as many batches.
+            node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
     def snapshot(self) -> bytes:
         chunks = list(self.stream.store.snapshot())
