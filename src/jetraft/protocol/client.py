@@ -69,12 +69,20 @@ PING = Ping()
 PONG = Pong()
 
 
-# A parsed PUB/HPUB control line: (subject, reply, total size, header size or -1, tail).
-# ``tail`` is what follows the sid in the MSG/HMSG line the server writes for it
-# (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple per distinct control line,
-# so consecutive publishes with the same line carry the very same object, and lines with the
-# same subject (reply) share the same str object.
-PubLine = tuple[str, str | None, int, int, bytes]
+class PubLine(NamedTuple):
+    """A parsed PUB/HPUB control line. ``tail`` is what follows the sid in the MSG/HMSG line
+    the server writes for it (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple
+    per distinct control line, so consecutive publishes with the same line carry the very same
+    object, and lines with the same subject (reply) share the same str object. (A NamedTuple
+    rather than a bare tuple type: mypyc turns bare tuples into C structs, boxing a new object
+    at each use, which would lose that identity.)"""
+
+    subject: str
+    reply: str | None
+    total: int
+    hdr_len: int  # -1 for PUB
+    tail: bytes
+
 
 class PubBatch:
     """What ``Handler.on_pubs`` receives: publishes in the order sent, as runs. Consecutive
@@ -206,7 +214,7 @@ def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLi
         tail = f" {reply} {hdr_len} {total}\r\n" if reply else f" {hdr_len} {total}\r\n"
     else:
         tail = f" {reply} {total}\r\n" if reply else f" {total}\r\n"
-    return subject, reply, total, hdr_len, tail.encode()
+    return PubLine(subject, reply, total, hdr_len, tail.encode())
 
 
 def _repeats(data: bytes, pos: int, raw: bytes, total: int, bodies: list[bytes]) -> int:
@@ -422,7 +430,7 @@ class ClientParser:
         subject = names.setdefault(subject, subject)
         if reply is not None:
             reply = names.setdefault(reply, reply)
-        parsed = cache[line] = (subject, reply, total, hdr_len, tail)
+        parsed = cache[line] = PubLine(subject, reply, total, hdr_len, tail)
         return parsed
 
     def _finish_body(self, data: bytes, pos: int) -> int:
