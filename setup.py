@@ -81,7 +81,7 @@ def _ext_modules() -> list[object]:
         if mode == "auto":
             print("jetraft: JETRAFT_MYPYC=auto: installing pure Python", file=sys.stderr)
             return []
-        sys.exit("jetraft: JETRAFT_MYPYC=1 needs a working C compiler (or unset it for pure Python)")
+        sys.exit("jetraft: JETRAFT_MYPYC=1 needs a working C compiler (unset it: pure Python)")
     try:
         from mypyc.build import mypycify
     except ImportError:
