@@ -2,7 +2,9 @@
 
 pyproject.toml's static build requirements are what every install downloads; mypy (which
 carries mypyc) is needed only when JETRAFT_MYPYC asks for the compiled modules (see setup.py),
-so it is added here, per build, instead of there. The hooks that only ask for requirements or
+so it is added here, per build, instead of there, with jetraft's own dependencies: mypyc
+type-checks the code before compiling it, and needs their types then (pip builds the wheel
+before it installs them). The hooks that only ask for requirements or
 metadata run setup.py too (before mypy is installed, or needlessly compiling): for them
 setup.py is told to leave the extension modules out.
 """
@@ -10,6 +12,7 @@ setup.py is told to leave the extension modules out.
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +26,11 @@ NO_EXTENSIONS = "_JETRAFT_BUILD_NO_EXTENSIONS"  # read by setup.py
 
 def _compiled_requirements() -> list[str]:
     value = os.environ.get("JETRAFT_MYPYC", "").strip().lower()
-    return [] if value in ("", "0", "no", "false", "off") else [MYPY_REQUIREMENT]
+    if value in ("", "0", "no", "false", "off"):
+        return []
+    with open("pyproject.toml", "rb") as f:  # hooks run in the project's directory
+        deps: list[str] = tomllib.load(f)["project"]["dependencies"]
+    return [MYPY_REQUIREMENT, *deps]
 
 
 @contextmanager
