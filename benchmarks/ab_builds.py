@@ -9,7 +9,7 @@ benchmark starts inherit the build through PYTHONPATH. The pure build is ``src/`
 checkout, the compiled one the package that ``make compiled`` installs into
 ``build/mypyc-site`` (or ``--compiled DIR``). Compare the server CPU per message columns: they
 move much less with the load than the rates do. Each run's output is printed as it is, after a
-line naming the build and the load average.
+line naming the build and the load average; a run that fails is reported and the rest go on.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ def main() -> None:
             print(f"== {name} build, round {r}, {load_summary()}", flush=True)
             env = dict(os.environ, PYTHONPATH=os.pathsep.join([path, ROOT]))
             cmd = [sys.executable, "-m", f"benchmarks.{args.benchmark}", *args.args]
-            subprocess.run(cmd, env=env, cwd=ROOT, check=True)
+            rc = subprocess.run(cmd, env=env, cwd=ROOT).returncode
+            if rc:  # e.g. a load generator that fell behind on a busy machine: go on
+                print(f"== {name} build, round {r}: exit status {rc}", flush=True)
 
 
 if __name__ == "__main__":
