@@ -69,20 +69,14 @@ PING = Ping()
 PONG = Pong()
 
 
-class PubLine(NamedTuple):
-    """A parsed PUB/HPUB control line. ``tail`` is what follows the sid in the MSG/HMSG line
-    the server writes for it (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple
-    per distinct control line, so consecutive publishes with the same line carry the very same
-    object, and lines with the same subject (reply) share the same str object. (A NamedTuple
-    rather than a bare tuple type: mypyc turns bare tuples into C structs, boxing a new object
-    at each use, which would lose that identity.)"""
-
-    subject: str
-    reply: str | None
-    total: int
-    hdr_len: int  # -1 for PUB
-    tail: bytes
-
+# A parsed PUB/HPUB control line: (subject, reply, total size, header size or -1, tail).
+# ``tail`` is what follows the sid in the MSG/HMSG line the server writes for it
+# (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple per distinct control line,
+# so consecutive publishes with the same line carry the very same object, and lines with the
+# same subject (reply) share the same str object. Under mypyc a tuple type is a C struct,
+# boxed into a new tuple object where an object is needed, so the parser tells runs apart by
+# the identity of the ``tail`` bytes, which is one object per parsed line in both builds.
+PubLine = tuple[str, str | None, int, int, bytes]
 
 class PubBatch:
     """What ``Handler.on_pubs`` receives: publishes in the order sent, as runs. Consecutive
@@ -214,7 +208,7 @@ def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLi
         tail = f" {reply} {hdr_len} {total}\r\n" if reply else f" {hdr_len} {total}\r\n"
     else:
         tail = f" {reply} {total}\r\n" if reply else f" {total}\r\n"
-    return PubLine(subject, reply, total, hdr_len, tail.encode())
+    return subject, reply, total, hdr_len, tail.encode()
 
 
 def _repeats(data: bytes, pos: int, raw: bytes, total: int, bodies: list[bytes]) -> int:
@@ -339,7 +333,7 @@ class ClientParser:
         lines: list[PubLine] = []
         starts: list[int] = []
         bodies: list[bytes] = []
-        last: PubLine | None = None  # the line of the last run
+        last: bytes | None = None  # the tail of the last run's line (see PubLine)
         while pos < n:
             start = pos
             eol = data.find(b"\n", pos)
@@ -385,11 +379,12 @@ class ClientParser:
                 break
             if data[body_end] != 13 or data[body_end + 1] != 10:
                 self._fail(lines, starts, bodies, ERR_UNKNOWN_OP)
-            if parsed is not last:
+            tail = parsed[4]
+            if tail is not last:
                 lines.append(parsed)
                 starts.append(len(bodies))
                 bodies.append(data[pos:body_end])
-                last = parsed
+                last = tail
                 pos = body_end + 2
                 continue
             bodies.append(data[pos:body_end])
@@ -430,7 +425,7 @@ class ClientParser:
         subject = names.setdefault(subject, subject)
         if reply is not None:
             reply = names.setdefault(reply, reply)
-        parsed = cache[line] = PubLine(subject, reply, total, hdr_len, tail)
+        parsed = cache[line] = (subject, reply, total, hdr_len, tail)
         return parsed
 
     def _finish_body(self, data: bytes, pos: int) -> int:
