@@ -18,6 +18,7 @@ so the stream's leader sees all of them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Sequence
@@ -29,6 +30,7 @@ from jetraft.jetstream import consumer_state
 from jetraft.jetstream.consumer import (
     Acked,
     ConsumerCore,
+    Delivered,
     Dropped,
     Exhausted,
     MsgSource,
@@ -253,12 +255,26 @@ class ConsumerReplica:
         if node is None or not node.is_leader:
             return False  # leadership is gone: the next leader carries on from the log
         try:
-            self._last = node.propose_nowait(encode_entry(entry))
+            self._last = fut = node.propose_nowait(encode_entry(entry))
         except RaftError:
             return False
-        # Nobody may wait for this one: still collect its outcome.
-        self._last.add_done_callback(_consume)
+        if type(entry) is Delivered:
+            # Dropped (a transfer in progress, leadership lost): the runtime that handed
+            # the message out must hand it out again if it keeps leading.
+            fut.add_done_callback(functools.partial(self._settled, self.runtime, (entry,)))
+        else:
+            fut.add_done_callback(_consume)  # nobody may wait for this one
         return True
+
+    def _settled(
+        self,
+        rt: ConsumerRuntime | None,
+        entries: tuple[ConsumerEntry, ...],
+        fut: asyncio.Future[Any],
+    ) -> None:
+        exc = _outcome(fut)
+        if exc is not None and rt is not None and rt is self.runtime:
+            rt.refused(entries)
 
     def touch(self) -> None:
         join_request(self)
