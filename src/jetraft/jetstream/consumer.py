@@ -135,13 +135,37 @@ class Exhausted(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=5):
 
 Entry = Start | Delivered | Acked | Nakked | Progress | Exhausted | Dropped
 
+
+class Batch(msgspec.Struct, frozen=True, array_like=True, tag=7):
+    """Several entries in one log entry, applied in order: the leader's changes of one
+    loop turn (every delivery of a pull request, every ack of one read) cost the group
+    one proposal, one log record and one commit instead of one each."""
+
+    entries: list[Entry]
+
+
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(Entry)
+_BATCH_DECODER = msgspec.msgpack.Decoder(Entry | Batch)
 
 
 def encode_entry(entry: Entry) -> bytes:
     """Bytes for a log: msgpack ``[tag, *fields]``."""
     return _ENCODER.encode(entry)
+
+
+def encode_entries(entries: list[Entry]) -> bytes:
+    """Bytes for a log entry holding ``entries`` (one alone is encoded as itself)."""
+    return _ENCODER.encode(entries[0] if len(entries) == 1 else Batch(entries))
+
+
+def decode_entries(blob: bytes) -> list[Entry]:
+    """The entries ``encode_entry`` or ``encode_entries`` produced (ValueError otherwise)."""
+    try:
+        entry: Entry | Batch = _BATCH_DECODER.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"not a consumer entry: {exc}") from None
+    return entry.entries if type(entry) is Batch else [entry]  # type: ignore[list-item]
 
 
 def decode_entry(blob: bytes) -> Entry:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jetraft.jetstream.consumer import Delivered, Start, decode_entry, encode_entry
+from jetraft.jetstream.consumer import Delivered, Start, decode_entries, encode_entry
 from jetraft.jetstream.consumer import Entry as ConsumerEntry
 from jetraft.jetstream.consumer_config import ConsumerConfig
 from jetraft.jetstream.meta import ConsumerAssignment, StreamAssignment
@@ -39,7 +39,7 @@ class _Node:
 
 
 def entries(blob: bytes) -> list[ConsumerEntry]:
-    return [decode_entry(blob)]
+    return decode_entries(blob)
 
 
 class _Leader:
@@ -91,18 +91,19 @@ async def test_deliveries_dropped_by_the_group_go_out_again(tmp_path: Path) -> N
     expires the leader leads on, and must hand out again what it handed out meanwhile
     (cluster simulator seed 290: messages never delivered again)."""
     lead = _Leader(tmp_path, 3)
-    lead.pull(3)
-    await _until(lambda: len(lead.got) == 3, "three deliveries")
-    first = lead.delivered()
-    assert [d.sseq for d, _ in first] == [1, 2, 3]
-    for blob, fut in lead.node.proposed:
-        if any(isinstance(e, Delivered) and e.sseq == 1 for e in entries(blob)):
-            lead.commit(fut, blob)
-        elif not fut.done():
-            fut.set_exception(ProposalDropped("leadership transfer to b in progress"))
+    lead.pull(1)
+    await _until(lambda: len(lead.got) == 1, "a delivery")
+    await _until(lambda: len(lead.node.proposed) == 1, "its proposal")
+    lead.commit(lead.node.proposed[0][1], lead.node.proposed[0][0])
+    lead.pull(2)
+    await _until(lambda: len(lead.got) == 3, "two more deliveries")
+    await _until(lambda: len(lead.node.proposed) == 2, "their proposal")
+    assert [d.sseq for d, _ in lead.delivered()] == [1, 2, 3]
+    lead.node.proposed[1][1].set_exception(ProposalDropped("leadership transfer to b"))
     lead.pull(3)
     await _until(lambda: len(lead.got) == 5, "two deliveries again")
-    assert lead.got[3:] == [b"m2", b"m3"]
+    assert lead.got == [b"m1", b"m2", b"m3", b"m2", b"m3"]
+    await _until(lambda: len(lead.node.proposed) == 3, "their proposal")
     assert [d.sseq for d, _ in lead.delivered()[3:]] == [2, 3]
 
 
