@@ -61,8 +61,16 @@ class _Leader:
         self.replica.runtime = self.rt
         self.rt.start()
         self.got: list[bytes] = []
+        self.ack_subjects: list[str] = []
+        self.answers: list[str] = []
         self.client = InternalClient(host.router, host.account, "puller")
-        self.client.subscribe("inbox", lambda s, r, h, d: self.got.append(d))
+        self.client.subscribe("inbox", self._on_msg)
+        self.client.subscribe("answer.*", lambda s, r, h, d: self.answers.append(s))
+
+    def _on_msg(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
+        self.got.append(data)
+        assert reply is not None
+        self.ack_subjects.append(reply)
 
     def pull(self, batch: int) -> None:
         self.rt.pull_request("inbox", b'{"batch": %d, "expires": 5000000000}' % batch)
@@ -76,6 +84,12 @@ class _Leader:
     def commit(self, fut: asyncio.Future[Applied], blob: bytes) -> None:
         self.replica.apply(Entry(1, 2, EntryKind.NORMAL, blob))
         fut.set_result(Applied(2, None))
+
+    async def delivered_and_committed(self, n: int) -> None:
+        self.pull(n)
+        await _until(lambda: len(self.got) == n and len(self.node.proposed) == 1, "deliveries")
+        blob, fut = self.node.proposed[0]
+        self.commit(fut, blob)
 
 
 async def _until(check: Callable[[], bool], what: str) -> None:
@@ -132,3 +146,37 @@ async def test_a_delivery_dropped_after_the_runtime_stopped_changes_nothing(
         fut.set_exception(ProposalDropped("leadership lost"))
     await asyncio.sleep(0)
     assert lead.replica.core.sseq == cursor == 3
+
+
+async def test_acks_of_one_loop_turn_are_one_proposal_answered_once_committed(
+    tmp_path: Path,
+) -> None:
+    lead = _Leader(tmp_path, 3)
+    await lead.delivered_and_committed(3)
+    for i, subject in enumerate(lead.ack_subjects):  # one read's acks, sent as requests
+        lead.client.publish(subject, b"+ACK", reply=f"answer.{i}")
+    await _until(lambda: len(lead.node.proposed) == 2, "the acks' proposal")
+    blob, fut = lead.node.proposed[1]
+    assert [type(e).__name__ for e in entries(blob)] == ["Acked"] * 3
+    await asyncio.sleep(0.01)  # a bounded negative wait: nothing committed, nothing answered
+    assert lead.answers == []
+    lead.commit(fut, blob)
+    await _until(lambda: len(lead.answers) == 3, "three answers")
+    assert sorted(lead.answers) == ["answer.0", "answer.1", "answer.2"]
+    assert not lead.replica.core.state.pending
+
+
+async def test_acks_whose_proposal_is_dropped_are_not_answered(tmp_path: Path) -> None:
+    lead = _Leader(tmp_path, 2)
+    await lead.delivered_and_committed(2)
+    for i, subject in enumerate(lead.ack_subjects):
+        lead.client.publish(subject, b"", reply=f"answer.{i}")
+    await _until(lambda: len(lead.node.proposed) == 2, "the acks' proposal")
+    lead.node.proposed[1][1].set_exception(ProposalDropped("leadership lost"))
+    # A later ack, its own proposal committed: answered; the dropped ones never are.
+    lead.client.publish(lead.ack_subjects[0], b"", reply="answer.again")
+    await _until(lambda: len(lead.node.proposed) == 3, "the next proposal")
+    lead.commit(lead.node.proposed[2][1], lead.node.proposed[2][0])
+    await _until(lambda: lead.answers == ["answer.again"], "the later answer")
+    await asyncio.sleep(0.01)
+    assert lead.answers == ["answer.again"]

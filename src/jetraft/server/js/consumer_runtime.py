@@ -605,8 +605,16 @@ class ConsumerRuntime:
                 if len(batch) == 1:
                     queue.after_durable(functools.partial(self._acks_answered, batch))
             return
-        # Otherwise (the stream changes too under interest or workqueue retention, or a
-        # clustered consumer's group commits): everything the ack touched is collected.
+        # Clustered: only the group's log must hold the ack (a stream's retention follows
+        # once it is applied); the answer waits for the proposal of this loop turn's
+        # changes, which holds it.
+        replicator = self.replicator
+        if replicator is not None:
+            if self._apply_ack(body, sseq, dseq, reply, now):
+                replicator.after_durable(functools.partial(self._ack_answered, reply))
+            return
+        # Otherwise (one server, and the stream changes too under interest or workqueue
+        # retention): everything the ack touched is collected.
         with collect() as barrier:
             answer = self._apply_ack(body, sseq, dseq, reply, now)
         if answer:

@@ -268,11 +268,13 @@ class ConsumerReplica:
 
     def propose(self, entry: ConsumerEntry) -> bool:
         """Queue ``entry``; the entries of one loop turn go to the group as one (``Batch``)."""
-        node = self.group.node
-        if node is None or not node.is_leader:
-            return False  # leadership is gone: the next leader carries on from the log
         batch = self._batch
         if not batch:
+            # Checked once per batch: leadership lost later in the turn fails the whole
+            # batch when it is proposed (``_flush``), and its deliveries go out again.
+            node = self.group.node
+            if node is None or not node.is_leader:
+                return False  # leadership is gone: the next leader carries on from the log
             self._batch_rt = self.runtime
             asyncio.get_running_loop().call_soon(self._flush)
         batch.append(entry)
