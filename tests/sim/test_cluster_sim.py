@@ -52,6 +52,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "durable_destroy": (401, 3),
     "updates_marked": (456, 3),
     "leave_only_when_removed": (216, 5),
+    "delivery_refused_requeued": (290, 5),
 }
 
 
@@ -70,12 +71,6 @@ def test_the_simulator_catches_each_bug_without_its_fix(fix: str) -> None:
 # the old wait's effect). The server keeps both fixes, each covered by a unit test of its
 # own (tests/unit/server/test_js_group_start.py, test_js_reconcile_members.py).
 NOT_SHOWN_TODAY: dict[str, str] = {
-    "delivery_refused_requeued": (
-        "masked by the RAFT rule that a transfer which does not finish ends in a "
-        "step-down (seed 290 found it, 5 servers: the leader whose transfer expired led "
-        "on; now it steps down and its successor rebuilds the cursor). Still needed when "
-        "a transfer is cancelled because its target is removed; unit tests: "
-        "tests/unit/server/test_js_consumer_replica.py, test_consumer_core.py"),
     "lost_log_marked": "masked by bootstrap_recorded (a lost log starts without peers)",
     "reconcile_wakes_on_assignment": "masked by reconcile_retried (idle leaders recheck)",
 }
