@@ -12,6 +12,9 @@ Entries (msgspec Structs, ``encode_entry``/``decode_entry`` give bytes for a log
   Sequence(-Subject), Nats-Expected-Last-Sequence, Nats-Msg-Id dedupe, Nats-Expected-Last-Msg-Id,
   Nats-Rollup, max_msg_size, discard=new limits; then the message is stored and rolled up.
   The result is a ``PubAck``.
+* ``StoreBatch``: several ``StoreMsg`` in one log entry (a clustered stream leader proposes
+  what arrived in one loop turn as one entry); ``apply_batch`` applies them one after the
+  other, exactly as the same ``StoreMsg`` entries in a row, with one ``PubAck`` each.
 * ``Purge``, ``DeleteMsg``, ``UpdateConfig``: the API operations; the result is ``OpResult``.
 * ``Expire(now_ns)``: max_age and per-message TTL expiry.
 * ``ConsumerAck(seq)``: a consumer no longer needs ``seq`` (interest / workqueue retention).
@@ -124,18 +127,34 @@ class Retire(msgspec.Struct, frozen=True, tag="ret", array_like=True):
     seqs: list[int]
 
 
+class StoreBatch(msgspec.Struct, frozen=True, tag="msgs", array_like=True):
+    """Publishes in one log entry, applied in order (``Stream.apply_batch``): one entry,
+    one framing and checksum in the log and one decode per batch instead of per message."""
+
+    msgs: list[StoreMsg]
+
+
 Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
+# What a clustered stream's log holds: the entries above, or a batch of publishes.
+LogEntry = Entry | StoreBatch
 
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()
 _ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
+_LOG_ENTRY_DECODER = msgspec.msgpack.Decoder(LogEntry)
 
 
-def encode_entry(entry: Entry) -> bytes:
+def encode_entry(entry: LogEntry) -> bytes:
     return _ENTRY_ENCODER.encode(entry)
 
 
 def decode_entry(blob: bytes) -> Entry:
     entry: Entry = _ENTRY_DECODER.decode(blob)
+    return entry
+
+
+def decode_log_entry(blob: bytes) -> LogEntry:
+    """An entry of a clustered stream's log (``StoreBatch`` included)."""
+    entry: LogEntry = _LOG_ENTRY_DECODER.decode(blob)
     return entry
 
 
@@ -351,6 +370,12 @@ class Stream:
         if isinstance(entry, Retire):
             return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
+
+    def apply_batch(self, batch: StoreBatch) -> list[PubAck]:
+        """The batch's publishes in order: the same state and answers as applying each
+        as its own ``StoreMsg`` entry."""
+        apply_msg = self._apply_msg
+        return [apply_msg(e) for e in batch.msgs]
 
     def on_consumer_ack(self, seq: int) -> None:
         """A consumer acked (or gave up on) ``seq``: drop it if retention says so."""

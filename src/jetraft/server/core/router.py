@@ -62,6 +62,11 @@ class RouteSubscriber(Subscriber, Protocol):
         one reply) for the peer's plain subscribers (no queue groups)."""
         ...
 
+    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
+        """Send answers of server components (no reply, no headers) for the peer's plain
+        subscribers, in order."""
+        ...
+
 
 class InterestListener(Protocol):
     """Told when local interest changes (the cluster propagates it to the other servers)."""
@@ -146,12 +151,15 @@ class Router:
     def route_answers(self, account: Account, answers: Sequence[tuple[str, bytes]]) -> None:
         """Messages from server components without reply or headers, in order (the PubAcks
         of one commit): as ``route_message`` for each, with the subject matched once per
-        stretch of equal subjects and the account counted once."""
+        stretch of equal subjects, the account counted once, and what goes to another
+        server in one ANSWERS frame per route (``forward_answers``)."""
         sublist = account.sublist
         last: str | None = None
         last_match: Match[Subscription] | None = None
-        plain: tuple[Subscription, ...] = ()
+        local: list[Subscription] = []
+        routes: list[RouteSubscriber] = []
         simple = False
+        remote: dict[RouteSubscriber, tuple[list[str], list[bytes]]] = {}
         in_msgs = in_bytes = out_msgs = out_bytes = 0
         for subject, data in answers:
             if subject != last:
@@ -159,18 +167,31 @@ class Router:
                 match = sublist.match(subject)
                 if match is not last_match:  # unique reply subjects often share one
                     last_match = match
-                    plain = match.plain
-                    simple = not match.queues and not any(s.conn.is_route for s in plain)
+                    simple = not match.queues
+                    local = [s for s in match.plain if not s.conn.is_route]
+                    # One copy per route, however many of its subscriptions match.
+                    routes = list(dict.fromkeys(
+                        cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route))
             if not simple:
                 self.route_message(None, account, subject, None, None, data)
                 continue
             size = len(data)
             in_msgs += 1
             in_bytes += size
-            for sub in plain:
+            for sub in local:
                 if sub.conn.deliver(sub, subject, None, None, data):
                     out_msgs += 1
                     out_bytes += size
+            for route in routes:
+                out = remote.get(route)
+                if out is None:
+                    out = remote[route] = ([], [])
+                out[0].append(subject)
+                out[1].append(data)
+                out_msgs += 1
+                out_bytes += size
+        for route, (subjects, bodies) in remote.items():
+            route.forward_answers(account, subjects, bodies)
         stats = account.stats
         stats.in_msgs += in_msgs
         stats.in_bytes += in_bytes
@@ -264,6 +285,31 @@ class Router:
                 if idx >= taken and reply is not None:
                     self._no_responders(sender, subject, reply)
                 idx += 1
+
+    def deliver_answers_from_route(
+        self, account: Account, subjects: Sequence[str], bodies: Sequence[bytes]
+    ) -> None:
+        """Answers another server's components sent here (``forward_answers``): local plain
+        subscribers only, as ``deliver_from_route`` without queue groups."""
+        sublist = account.sublist
+        last: str | None = None
+        local: list[Subscription] = []
+        in_bytes = out_msgs = out_bytes = 0
+        for subject, data in zip(subjects, bodies, strict=True):
+            if subject != last:
+                last = subject
+                local = [s for s in sublist.match(subject).plain if not s.conn.is_route]
+            size = len(data)
+            in_bytes += size
+            for sub in local:
+                if sub.conn.deliver(sub, subject, None, None, data):
+                    out_msgs += 1
+                    out_bytes += size
+        stats = account.stats
+        stats.in_msgs += len(bodies)
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
         """Deliver a group of client publishes on one subject that another server routed
