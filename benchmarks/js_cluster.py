@@ -62,6 +62,7 @@ class Results:
     publish: dict[tuple[int, str, str], dict[str, float]] = field(default_factory=dict)
     publish_cpu: dict[tuple[int, str, str], dict[str, list[float]]] = field(default_factory=dict)
     consume: dict[str, float] = field(default_factory=dict)
+    consume_cpu: dict[str, list[float]] = field(default_factory=dict)  # kind -> us/msg
     gaps: dict[str, list[float]] = field(default_factory=dict)
     ready: dict[str, list[float]] = field(default_factory=dict)
     idle: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # kind -> phase -> %
@@ -185,13 +186,19 @@ def consume_section(cl: BenchCluster, args: argparse.Namespace, res: Results) ->
     prof = None
     if cl.kind == "jetraft":
         prof = Profiler(args.py_spy, "consume-r3-consumer-leader", node.pid, 120)
+    # The consumer's leader first, then the other servers.
+    order = [node] + [x for x in cl.nodes if x.pid != node.pid]
+    before = [cpu_seconds(x.pid) for x in order]
     try:
         rate = measure_consume(node.port, n, args.batch, host=node.host, stream=stream)
     finally:
         if prof is not None:
             prof.stop()
+    cpu = [1e6 * (cpu_seconds(x.pid) - b) / n for x, b in zip(order, before, strict=True)]
     res.consume[cl.kind] = rate
-    print(f"  {cl.kind} R3 pull consume + acks: {rate:,.0f} msg/s", flush=True)
+    res.consume_cpu[cl.kind] = cpu
+    print(f"  {cl.kind} R3 pull consume + acks: {rate:,.0f} msg/s, CPU us/msg "
+          f"(consumer leader/other/other) {fmt_list(cpu, 0)}", flush=True)
 
 
 @dataclass

@@ -43,7 +43,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "leave_when_removed": (1290, 3),
     "reconcile_retried": (2313, 3),
     "meta_applied_recorded": (60, 3),
-    "ignored_ack_unanswered": (3, 3),
+    "ignored_ack_unanswered": (30, 3),
     "lost_log_means_missing_dir": (76, 3),
     "consumer_reads_current_stream": (28, 3),
     "replica_starts_with_first_config": (158, 3),
@@ -52,6 +52,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "durable_destroy": (401, 3),
     "updates_marked": (456, 3),
     "leave_only_when_removed": (216, 5),
+    "delivery_refused_requeued": (290, 5),
 }
 
 

@@ -15,6 +15,7 @@ Nothing here reads a clock or does I/O: the message store is read through ``MsgS
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -134,13 +135,37 @@ class Exhausted(msgspec.Struct, frozen=True, array_like=True, gc=False, tag=5):
 
 Entry = Start | Delivered | Acked | Nakked | Progress | Exhausted | Dropped
 
+
+class Batch(msgspec.Struct, frozen=True, array_like=True, tag=7):
+    """Several entries in one log entry, applied in order: the leader's changes of one
+    loop turn (every delivery of a pull request, every ack of one read) cost the group
+    one proposal, one log record and one commit instead of one each."""
+
+    entries: list[Entry]
+
+
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(Entry)
+_BATCH_DECODER = msgspec.msgpack.Decoder(Entry | Batch)
 
 
 def encode_entry(entry: Entry) -> bytes:
     """Bytes for a log: msgpack ``[tag, *fields]``."""
     return _ENCODER.encode(entry)
+
+
+def encode_entries(entries: list[Entry]) -> bytes:
+    """Bytes for a log entry holding ``entries`` (one alone is encoded as itself)."""
+    return _ENCODER.encode(entries[0] if len(entries) == 1 else Batch(entries))
+
+
+def decode_entries(blob: bytes) -> list[Entry]:
+    """The entries ``encode_entry`` or ``encode_entries`` produced (ValueError otherwise)."""
+    try:
+        entry: Entry | Batch = _BATCH_DECODER.decode(blob)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ValueError(f"not a consumer entry: {exc}") from None
+    return entry.entries if type(entry) is Batch else [entry]  # type: ignore[list-item]
 
 
 def decode_entry(blob: bytes) -> Entry:
@@ -325,6 +350,31 @@ class ConsumerCore:
         """Clustered leader: ``e`` was proposed; it is pending until applied."""
         if e.dc == 1 and self.cfg.ack_policy != "none" and e.sseq not in self.state.pending:
             self.inflight[e.sseq] = Pending(e.dseq, e.ts_ns)
+
+    def undeliver(self, e: Delivered) -> None:
+        """Clustered leader: the entry of delivery ``e`` was refused or dropped (a leadership
+        transfer in progress, leadership lost), so the replicated state will not learn of
+        it, and a leader that keeps leading would never hand the message out again: the
+        cursor already passed it (cluster simulator seed 290, a step-down's transfer that
+        expired). The cursor goes back to it. The group refuses every proposal from the
+        first one it refuses until the transfer ends, so what follows it was refused too,
+        and goes out again in order (at least once). A new leader rebuilds all of this from
+        the replicated state anyway (``restore_cursor``)."""
+        seq = e.sseq
+        self.inflight.pop(seq, None)
+        if seq in self.state.pending:
+            self.nak_now(seq)  # known as delivered (a redelivery failed): due again now
+            return
+        if e.dc > 1:
+            return  # settled meanwhile (acked, dropped)
+        if self.lss:
+            if seq not in self.lss:
+                insort(self.lss, seq)
+                self.npc += 1
+            return
+        if seq < self.sseq:
+            self.sseq = seq
+            self._npc_fp = None  # recount from the new cursor
 
     def is_pending(self, sseq: int) -> bool:
         """Delivered and not acknowledged (counting deliveries not applied yet)."""

@@ -507,3 +507,68 @@ def test_entries_round_trip_through_bytes() -> None:
         assert back == entry and type(back) is type(entry)
     with pytest.raises(ValueError):
         decode_entry(b"\x93\x63\x01\x02")
+
+
+def _hand_out(core: ConsumerCore, src: ListSource, n: int, now_ns: int) -> list[Delivered]:
+    """A clustered leader hands messages out: its cursor moves at once, the entries are
+    applied only once the group commits them."""
+    out = []
+    for _ in range(n):
+        step = core.next_step(src)
+        assert isinstance(step, Candidate)
+        d = Delivered(core.dseq, step.msg.seq, step.dc, now_ns)
+        core.note_delivered(d)
+        core.note_inflight(d)
+        out.append(d)
+    return out
+
+
+def test_deliveries_whose_entries_the_group_refused_go_out_again(
+    new_source: Callable[[], ListSource],
+) -> None:
+    """A step-down's leadership transfer refuses proposals until it ends; when it expires
+    the leader keeps leading, and what it handed out meanwhile must go out again."""
+    src = new_source()
+    fill(src, 4)
+    core = make(src, ack_policy="explicit")
+    sent = _hand_out(core, src, 4, SEC)
+    core.apply(sent[0])
+    core.apply(sent[1])  # committed
+    for d in sent[2:]:
+        core.undeliver(d)  # refused
+    assert core.num_ack_pending == 2
+    assert core.num_pending(src) == 2
+    again = deliver(core, src, now_ns=2 * SEC)
+    assert [(d.sseq, d.dc) for d in again] == [(3, 1), (4, 1)]
+    assert sorted(core.state.pending) == [1, 2, 3, 4]
+    assert core.state.delivered.stream_seq == 4
+
+
+def test_a_refused_redelivery_is_due_again(new_source: Callable[[], ListSource]) -> None:
+    src = new_source()
+    fill(src, 2)
+    core = make(src, ack_policy="explicit", ack_wait=SEC)
+    for d in _hand_out(core, src, 2, SEC):
+        core.apply(d)
+    core.check_pending(3 * SEC)  # both ack waits ran out: queued for redelivery
+    step = core.next_step(src)
+    assert isinstance(step, Candidate) and (step.msg.seq, step.dc) == (1, 2)
+    redelivery = Delivered(core.dseq, 1, 2, 3 * SEC)
+    core.note_delivered(redelivery)
+    core.undeliver(redelivery)
+    got = deliver(core, src, now_ns=4 * SEC)
+    assert [(d.sseq, d.dc) for d in got] == [(2, 2), (1, 2)]
+
+
+def test_a_new_leader_forgets_what_its_predecessor_wanted_to_redo(
+    new_source: Callable[[], ListSource],
+) -> None:
+    src = new_source()
+    fill(src, 3)
+    core = make(src, ack_policy="explicit")
+    sent = _hand_out(core, src, 3, SEC)
+    core.apply(sent[0])
+    core.undeliver(sent[1])
+    core.restore_cursor()  # leadership lost and won again: the replicated state decides
+    assert core.sseq == 2 and not core.inflight
+    assert [d.sseq for d in deliver(core, src, now_ns=2 * SEC)] == [2, 3]

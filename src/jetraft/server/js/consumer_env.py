@@ -67,7 +67,9 @@ class Replicator(Durable, Protocol):
     consumer's state machine once committed (on every replica, this one included)."""
 
     def propose(self, entry: Entry) -> bool:
-        """False when the group refused it at once (this replica no longer leads)."""
+        """False when the group refused it at once (this replica no longer leads). One the
+        group drops later while the proposing runtime still runs is handed back to it
+        (``ConsumerRuntime.refused``)."""
         ...
 
     def after_durable(self, callback: Callback) -> None: ...

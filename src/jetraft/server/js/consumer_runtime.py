@@ -14,7 +14,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jetraft.jetstream import consumer_state
@@ -228,6 +228,8 @@ class ConsumerRuntime:
                 self.core.note_delivered(entry)
                 self.core.note_inflight(entry)
             self.last_refused = not self.replicator.propose(entry)
+            if self.last_refused:
+                self.refused((entry,))
             self.changed()
             return []
         done = self.core.apply(entry)
@@ -236,6 +238,22 @@ class ConsumerRuntime:
             for seq in done:
                 self.owner.consumer_ack(seq)
         return done
+
+    def refused(self, entries: Sequence[Entry]) -> None:
+        """Clustered: the group refused or dropped the proposal of ``entries`` while this
+        runtime ran. Deliveries among them go out again (``ConsumerCore.undeliver``); the
+        rest needs nothing: an ack's requester was not answered and retries, a lost ack or
+        nak means a redelivery after the ack wait, a lost Exhausted or Dropped is found
+        again by the next check."""
+        if self.closed:
+            return
+        again = False
+        for entry in entries:
+            if type(entry) is Delivered:
+                self.core.undeliver(entry)
+                again = True
+        if again:
+            self.kick()
 
     def applied(self, done: list[int], freed: bool) -> None:
         """Clustered: a committed entry was applied to our state. ``done``: sequences we no
@@ -587,8 +605,16 @@ class ConsumerRuntime:
                 if len(batch) == 1:
                     queue.after_durable(functools.partial(self._acks_answered, batch))
             return
-        # Otherwise (the stream changes too under interest or workqueue retention, or a
-        # clustered consumer's group commits): everything the ack touched is collected.
+        # Clustered: only the group's log must hold the ack (a stream's retention follows
+        # once it is applied); the answer waits for the proposal of this loop turn's
+        # changes, which holds it.
+        replicator = self.replicator
+        if replicator is not None:
+            if self._apply_ack(body, sseq, dseq, reply, now):
+                replicator.after_durable(functools.partial(self._ack_answered, reply))
+            return
+        # Otherwise (one server, and the stream changes too under interest or workqueue
+        # retention): everything the ack touched is collected.
         with collect() as barrier:
             answer = self._apply_ack(body, sseq, dseq, reply, now)
         if answer:

@@ -120,5 +120,12 @@ FIXES: dict[str, str] = {
         "up to the durable commit index is no better, as it lags: an old assignment "
         "applied again made a destroyed replica fresh, the only voter, elected (seed 60 "
         "again, with that rule)"),
+    "delivery_refused_requeued": (
+        "a consumer leader whose Delivered entry the group refused or dropped (a leadership "
+        "transfer in progress refuses every proposal) hands that message out again "
+        "(ConsumerCore.undeliver: the cursor goes back to it); the server only noted the "
+        "refusal, its cursor already past the message, and a leader whose transfer "
+        "expired kept leading without ever delivering it again (seed 290, 5 servers: "
+        "delivered 48 of 50, for good)"),
 }
 ALL_FIXES = frozenset(FIXES)

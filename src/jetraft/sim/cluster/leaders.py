@@ -12,10 +12,13 @@ resumed by the world's tick once it holds or its deadline passed.
 * Consumer leader: on taking over rebuilds its cursor from the replicated state,
   proposes ``Start`` once per replica life if the consumer has not started, runs the
   reconcile task; delivers on fetch (``Delivered`` proposed, the message handed out at
-  once), re-queues expired messages for redelivery, proposes ``Exhausted``; takes acks
-  (one "not delivered yet" by its state is ignored). An ack sent as a request is answered
+  once, and again if that entry is refused or dropped), re-queues expired messages for
+  redelivery, proposes ``Exhausted``; takes acks (one "not delivered yet" by its state
+  is ignored). An ack sent as a request is answered
   as the runtime answers it: once the newest proposal of the group (the ack's, when it
-  made one) has an outcome, at once when there is none pending.
+  made one) has an outcome, at once when there is none pending. (The server proposes
+  the entries of one loop turn as one; proposed one by one here, the group refuses or
+  drops them alike while a transfer is in progress or once leadership is lost.)
 """
 
 from __future__ import annotations
@@ -291,6 +294,7 @@ class ConsumerDuty(Duty):
         self.runtime = False
         self.start_proposed = False
         self.last: Box | None = None  # the newest proposal (the runtime's _last)
+        self.epoch = 0  # counts runtimes: a refusal reaches only the one that proposed
 
     @property
     def is_leader(self) -> bool:
@@ -314,6 +318,7 @@ class ConsumerDuty(Duty):
         core = m.core
         core.restore_cursor()
         self.runtime = True
+        self.epoch += 1
         src = self.source()
         if not m.started and not self.start_proposed and src is not None:
             self.start_proposed = True
@@ -382,9 +387,25 @@ class ConsumerDuty(Duty):
                 continue
             d = Delivered(core.dseq, step.msg.seq, step.dc, now)
             core.note_delivered(d)
-            self.propose_entry(d)
+            self._watch(d, self.propose_entry(d))
             out.append((d.sseq, d.dseq, d.dc))
         return out
+
+    def _watch(self, d: Delivered, box: Box | None) -> None:
+        """The fix delivery_refused_requeued: a delivery whose entry the group refused or
+        dropped goes out again while this runtime keeps leading (ConsumerRuntime.refused)."""
+        if not self.world.fixed("delivery_refused_requeued"):
+            return
+        epoch = self.epoch
+
+        def settled(outcome: object) -> None:
+            if not isinstance(outcome, Applied) and self.runtime and self.epoch == epoch:
+                self.replica.consumer().core.undeliver(d)
+
+        if box is None:
+            settled(None)
+        else:
+            box.then(settled)
 
     def ack(self, sseq: int, dseq: int) -> AckAnswer:
         """An ack reaching the runtime (ConsumerRuntime._ack), and how an ack sent as a

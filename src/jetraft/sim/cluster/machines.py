@@ -24,7 +24,7 @@ import msgspec
 
 from jetraft.jetstream import consumer_state
 from jetraft.jetstream.consumer import ConsumerCore, Start
-from jetraft.jetstream.consumer import decode_entry as decode_consumer_entry
+from jetraft.jetstream.consumer import decode_entries as decode_consumer_entries
 from jetraft.jetstream.meta import Change, MetaState
 from jetraft.jetstream.meta import decode_entry as decode_meta_entry
 from jetraft.jetstream.store.memory import MemoryStore
@@ -199,11 +199,11 @@ class ConsumerMachine:
                      sorted(st.redelivered.items()))).encode()
 
     def apply(self, entry: Entry) -> object:
-        e = decode_consumer_entry(entry.data)
         done: list[int] = []
-        if not (isinstance(e, Start) and self.started):  # only the first start counts
-            self.started = self.started or isinstance(e, Start)
-            done = self.core.apply(e)
+        for e in decode_consumer_entries(entry.data):
+            if not (isinstance(e, Start) and self.started):  # only the first start counts
+                self.started = self.started or isinstance(e, Start)
+                done += self.core.apply(e)
         self._index = entry.index
         self._digest = _fold(self._digest, entry.index, self.summary(),
                              b"s" if self.started else b"-")

@@ -18,6 +18,7 @@ so the stream's leader sees all of them).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 from collections.abc import Sequence
@@ -33,8 +34,8 @@ from jetraft.jetstream.consumer import (
     Exhausted,
     MsgSource,
     Start,
-    decode_entry,
-    encode_entry,
+    decode_entries,
+    encode_entries,
 )
 from jetraft.jetstream.consumer import Entry as ConsumerEntry
 from jetraft.jetstream.meta import ConsumerAssignment
@@ -51,6 +52,8 @@ from jetraft.server.js.consumer_env import ConsumerEnv
 from jetraft.server.js.consumer_runtime import ConsumerRuntime
 
 log = logging.getLogger("jetraft.js.consumer")
+
+MAX_BATCH = 1024  # entries per proposal (a batch this long is proposed at once)
 
 
 class ConsumerHost(GroupHost, Protocol):
@@ -101,7 +104,12 @@ class ConsumerReplica:
         self.env = ConsumerEnv(host.router, account, random.Random())
         self.next_client = InternalClient(host.router, account, f"pull {ca.stream} > {ca.name}")
         self.closed = False
-        self._last: asyncio.Future[Any] | None = None
+        self._last: asyncio.Future[Any] | None = None  # the newest proposal
+        # Entries proposed in this loop turn, proposed together at its end (``_flush``),
+        # with the runtime that proposed them and callbacks waiting for their commit.
+        self._batch: list[ConsumerEntry] = []
+        self._batch_rt: ConsumerRuntime | None = None
+        self._waiters: list[Callback] = []
         self.initial_info: dict[str, Any] | None = None
         self._reconcile_task: asyncio.Task[None] | None = None
         stream.stream.add_observer(self)
@@ -217,23 +225,33 @@ class ConsumerReplica:
     # --- the state machine (raft.node.StateMachine) --------------------------------------------
 
     def apply(self, entry: Entry) -> object:
-        e = decode_entry(entry.data)
-        if isinstance(e, Start):
-            if self.started:
-                return []  # only the first start counts (a second leader may race)
-            self.started = True
-        freed = isinstance(e, Acked | Exhausted | Dropped)
-        done = self.core.apply(e)
-        if isinstance(e, Start):
-            if self.runtime is None and self._leading():
-                self._serve(restore=False)  # the cursor is where Start put it
-            if self.runtime is not None:
-                # What the create request is answered with: the state before the first
-                # delivery (clients read num_pending from it, e.g. KV watchers).
-                self.initial_info = self.info()
+        done: list[int] = []
+        freed = False
+        core = self.core
+        for e in decode_entries(entry.data):
+            kind = type(e)
+            if kind is Start:
+                if self.started:
+                    continue  # only the first start counts (a second leader may race)
+                self.started = True
+                done += core.apply(e)
+                self._started()
+                freed = True
+                continue
+            if kind is Acked or kind is Exhausted or kind is Dropped:
+                freed = True
+            done += core.apply(e)
         if self.runtime is not None:
-            self.runtime.applied(done, freed or isinstance(e, Start))
+            self.runtime.applied(done, freed)
         return done
+
+    def _started(self) -> None:
+        if self.runtime is None and self._leading():
+            self._serve(restore=False)  # the cursor is where Start put it
+        if self.runtime is not None:
+            # What the create request is answered with: the state before the first
+            # delivery (clients read num_pending from it, e.g. KV watchers).
+            self.initial_info = self.info()
 
     def snapshot(self) -> bytes:
         blob = consumer_state.encode(consumer_state.snapshot(self.core))
@@ -249,21 +267,62 @@ class ConsumerReplica:
     # --- the replicator the leader's runtime proposes through -----------------------------------
 
     def propose(self, entry: ConsumerEntry) -> bool:
-        node = self.group.node
-        if node is None or not node.is_leader:
-            return False  # leadership is gone: the next leader carries on from the log
-        try:
-            self._last = node.propose_nowait(encode_entry(entry))
-        except RaftError:
-            return False
-        # Nobody may wait for this one: still collect its outcome.
-        self._last.add_done_callback(_consume)
+        """Queue ``entry``; the entries of one loop turn go to the group as one (``Batch``)."""
+        batch = self._batch
+        if not batch:
+            # Checked once per batch: leadership lost later in the turn fails the whole
+            # batch when it is proposed (``_flush``), and its deliveries go out again.
+            node = self.group.node
+            if node is None or not node.is_leader:
+                return False  # leadership is gone: the next leader carries on from the log
+            self._batch_rt = self.runtime
+            asyncio.get_running_loop().call_soon(self._flush)
+        batch.append(entry)
+        if len(batch) >= MAX_BATCH:
+            self._flush()
         return True
+
+    def _flush(self) -> None:
+        batch, waiters = self._batch, self._waiters
+        if not batch:
+            return
+        self._batch, self._waiters = [], []
+        rt, self._batch_rt = self._batch_rt, None
+        node = self.group.node
+        try:
+            if node is None or not node.is_leader:
+                raise RaftError("not the consumer leader")
+            self._last = fut = node.propose_nowait(encode_entries(batch))
+        except RaftError as exc:
+            for callback in waiters:
+                callback(exc)
+            if rt is not None and rt is self.runtime:
+                rt.refused(batch)
+            return
+        fut.add_done_callback(functools.partial(self._settled, rt, batch, waiters))
+
+    def _settled(
+        self,
+        rt: ConsumerRuntime | None,
+        batch: list[ConsumerEntry],
+        waiters: list[Callback],
+        fut: asyncio.Future[Any],
+    ) -> None:
+        exc = _outcome(fut)
+        for callback in waiters:
+            callback(exc)
+        if exc is not None and rt is not None and rt is self.runtime:
+            # Dropped (a transfer in progress, leadership lost): the runtime that handed
+            # its messages out hands them out again if it keeps leading.
+            rt.refused(batch)
 
     def touch(self) -> None:
         join_request(self)
 
     def after_durable(self, callback: Callback) -> None:
+        if self._batch:
+            self._waiters.append(callback)  # the batch not proposed yet covers it
+            return
         last = self._last
         if last is None or last.done():
             callback(_outcome(last))
@@ -360,11 +419,6 @@ def _outcome(fut: asyncio.Future[Any] | None) -> BaseException | None:
     if fut.cancelled():
         return RaftError("proposal cancelled")
     return fut.exception()
-
-
-def _consume(fut: asyncio.Future[Any]) -> None:
-    if not fut.cancelled():
-        fut.exception()
 
 
 class _Owner:
