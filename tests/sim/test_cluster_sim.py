@@ -43,6 +43,10 @@ REGRESSIONS = [
     # term, and none did: the stream group elected no one. Now it also votes for logs as
     # up to date as the end of its log before the damage (core.py, acked_tail).
     (2806, 3),
+    # The same, once the simulated meta leader refuses a peer removal with no spare
+    # server (as the server does): the peer is replaced, and the group passes through a
+    # two-voter configuration on the way.
+    (344, 3),
 ]
 
 
@@ -163,3 +167,27 @@ def test_command_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--list-fixes"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in FIXES)
+
+
+def test_peer_removal_without_a_spare_server_is_refused() -> None:
+    """As the server answers (tests/cluster/test_js_streams.py::
+    test_peer_remove_without_a_spare_server_is_refused): an R3 stream on three servers
+    has no server to take a removed peer's place, so the simulated meta leader refuses
+    ("peer remap failed", 10075) instead of shrinking the stream; an R1 stream moves."""
+    import random
+
+    from jetraft.sim.cluster import admin
+    from jetraft.sim.cluster.world import ClusterWorld
+
+    w = ClusterWorld(5, cluster_config(3), None)
+    assert w.run().ok
+    lead = w.meta_leader()
+    assert lead is not None and lead.meta is not None
+    streams = {k[1]: sa.peers for k, sa in lead.meta.state.streams.items()}
+    r3 = next(n for n, peers in streams.items() if len(peers) == 3)
+    with pytest.raises(admin.Refused, match="peer remap failed"):
+        admin.peer_remove(lead, r3, streams[r3][1], random.Random(1))
+    r1 = next(n for n, peers in streams.items() if len(peers) == 1)
+    (moved, *_) = admin.peer_remove(lead, r1, streams[r1][0], random.Random(1))
+    assert isinstance(moved, admin.AssignStream)
+    assert len(moved.sa.peers) == 1 and moved.sa.peers != streams[r1]
