@@ -70,7 +70,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "consumer_reads_current_stream": (28, 3),
     "replica_starts_with_first_config": (158, 3),
     "bootstrap_recorded": (46, 3),
-    "restart_keeps_leaving": (145, 3),
+    "restart_keeps_leaving": (722, 3),
     "durable_destroy": (120, 3),
     "updates_marked": (456, 3),
     "leave_only_when_removed": (216, 5),
