@@ -63,7 +63,6 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "leaving_follows_assignment": (6, 3),
     "rejoin_fresh": (269, 3),
     "leave_when_removed": (539, 3),
-    "reconcile_retried": (2313, 3),
     "meta_applied_recorded": (60, 3),
     "ignored_ack_unanswered": (51, 3),
     "lost_log_means_missing_dir": (76, 3),
@@ -72,7 +71,6 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "bootstrap_recorded": (46, 3),
     "restart_keeps_leaving": (722, 3),
     "durable_destroy": (120, 3),
-    "updates_marked": (456, 3),
     "leave_only_when_removed": (216, 5),
 }
 
@@ -91,9 +89,16 @@ def test_the_simulator_catches_each_bug_without_its_fix(fix: str) -> None:
 # records that its replica starts without peers; the idle leader's periodic recheck ends
 # the old wait's effect). The server keeps both fixes, each covered by a unit test of its
 # own (tests/unit/server/test_js_group_start.py, test_js_reconcile_members.py).
+# Two more since the WAL's hard-state record names the log's end and a peer removal with
+# no spare server is refused (schedules moved): reconcile_retried shows in none of seeds
+# 0-799 of 3 servers, updates_marked in none of 0-399 of 5 (a shorter search on 3
+# servers found none either); their unit tests are in test_js_reconcile_members.py and
+# test_js_meta_updates.py.
 NOT_SHOWN_TODAY: dict[str, str] = {
     "lost_log_marked": "masked by bootstrap_recorded (a lost log starts without peers)",
     "reconcile_wakes_on_assignment": "masked by reconcile_retried (idle leaders recheck)",
+    "reconcile_retried": "not in seeds 0-799 of 3 servers since the schedules moved",
+    "updates_marked": "not in seeds 0-399 of 5 servers since the schedules moved",
 }
 
 
