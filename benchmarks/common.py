@@ -10,6 +10,8 @@ import socket
 import sys
 import time
 
+import jetraft
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
@@ -44,7 +46,10 @@ def machine_summary() -> str:
                     break
     except OSError:
         pass
-    return f"machine: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}"
+    return (
+        f"machine: {os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, "
+        f"jetraft build: {jetraft.build_name()}"
+    )
 
 
 def load_summary() -> str:

@@ -1,6 +1,7 @@
 """Server CPU per message on the JetStream hot paths, in one process, without sockets.
 
-    python -m benchmarks.js_cpu [--msgs N] [--size BYTES] [--only publish|consume]
+    python -m benchmarks.js_cpu [--msgs N] [--size BYTES]
+                                [--only publish|publish-id|consume|direct-get]
                                 [--repeat R] [--profile FILE]
 
 A jetraft server runs in this process; one client connection is fed bytes directly
@@ -13,6 +14,10 @@ load than the socket benchmarks' rates do, which makes it the one to compare cha
 
 * publish: async durable publish, ``window`` PUBs with a reply in flight (fed in one chunk
   per window refill), file storage, fsync before every PubAck (group commit);
+* publish-id: the same with what the Spark sink and nats.py's ``js.publish`` send: HPUB
+  frames with a ``Nats-Msg-Id`` header (dedupe on) and a reply subject of their own each;
+* direct-get: a stream of N messages read back with ``$JS.API.DIRECT.GET`` batch requests of
+  ``--direct-batch`` messages, four in flight, as the Spark connector's reader does;
 * consume: a stream of N messages, a durable pull consumer with explicit acks; two pull
   requests of 256 in flight, every message acked with a plain publish to its ack subject,
   until the consumer's ack floor reaches N.
@@ -171,8 +176,19 @@ async def start(store: str) -> Server:
     return server
 
 
-async def bench_publish(n: int, size: int, window: int) -> tuple[float, float]:
-    """(server CPU us/msg, msgs/s) of async durable publish."""
+def _id_frames(n: int, size: int) -> list[bytes]:
+    """HPUB frames with a Nats-Msg-Id and a reply subject of their own each."""
+    data = b"x" * size
+    out = []
+    for i in range(n):
+        hdr = b"NATS/1.0\r\nNats-Msg-Id: 0123456789abcdef:0:0:%d\r\n\r\n" % i
+        head = b"HPUB b.pub _INBOX.acks.%d %d %d\r\n" % (i, len(hdr), len(hdr) + size)
+        out.append(head + hdr + data + b"\r\n")
+    return out
+
+
+async def bench_publish(n: int, size: int, window: int, ids: bool = False) -> tuple[float, float]:
+    """(server CPU us/msg, msgs/s) of async durable publish (``ids``: as publish-id)."""
     store = tempfile.mkdtemp(prefix="jetraft-cpu-")
     server = await start(store)
     try:
@@ -181,25 +197,80 @@ async def bench_publish(n: int, size: int, window: int) -> tuple[float, float]:
         await request(cli, meter, "$JS.API.STREAM.CREATE.B", b'{"name":"B","subjects":["b.pub"]}')
         cli.feed(b"SUB _INBOX.acks.* 1\r\n")
         frame = b"PUB b.pub _INBOX.acks.x %d\r\n%s\r\n" % (size, b"x" * size)
+        id_frames = _id_frames(n, size) if ids else []
         cli.server_cpu = meter.cpu = 0.0
         sent = acked = 0
         t0 = time.perf_counter()
         while acked < n:
             more = min(window - (sent - acked), n - sent)
             if more > 0:
-                cli.feed(frame * more)
+                cli.feed(b"".join(id_frames[sent : sent + more]) if ids else frame * more)
                 sent += more
             await meter.turn()
             out = cli.take()
             if out:
-                if b'"error"' in out:
+                if b'"error"' in out or b'"duplicate"' in out:
                     raise RuntimeError(out[:300])
-                acked += out.count(b"MSG _INBOX.acks.x")
+                acked += out.count(b"MSG _INBOX.acks.")
             elif sent - acked >= window or sent == n:
                 await meter.output(cli.t)
         elapsed = time.perf_counter() - t0
         if os.environ.get("JS_CPU_SPLIT"):
             print(f"  feed {cli.server_cpu / n * 1e6:.2f} us/msg, loop {meter.cpu / n * 1e6:.2f}")
+        return (cli.server_cpu + meter.cpu) / n * 1e6, n / elapsed
+    finally:
+        await server.stop()
+        shutil.rmtree(store, ignore_errors=True)
+
+
+async def bench_direct_get(n: int, size: int, batch: int) -> tuple[float, float]:
+    """(server CPU us/msg, msgs/s) of reading a stream back with batched direct gets."""
+    store = tempfile.mkdtemp(prefix="jetraft-cpu-")
+    server = await start(store)
+    try:
+        cli = Client(server)
+        meter = Meter()
+        await request(
+            cli,
+            meter,
+            "$JS.API.STREAM.CREATE.B",
+            b'{"name":"B","subjects":["b.js"],"allow_direct":true}',
+        )
+        frame = b"PUB b.js %d\r\n%s\r\n" % (size, b"x" * size)
+        for i in range(0, n, 1000):
+            cli.feed(frame * min(1000, n - i))
+            await meter.turn()
+        info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+        while info["state"]["messages"] < n:
+            info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+        cli.feed(b"SUB _INBOX.get.* 8\r\n")
+        starts = list(range(1, n + 1, batch))
+        cli.server_cpu = meter.cpu = 0.0
+        got = ended = asked = 0
+        t0 = time.perf_counter()
+        while ended < len(starts):
+            out: list[bytes] = []
+            while asked < len(starts) and asked - ended < 4:
+                req = b'{"seq":%d,"batch":%d,"max_bytes":4194304}' % (starts[asked], batch)
+                out.append(
+                    b"PUB $JS.API.DIRECT.GET.B _INBOX.get.%d %d\r\n%s\r\n" % (asked, len(req), req)
+                )
+                asked += 1
+            if out:
+                cli.feed(b"".join(out))
+            await meter.turn()
+            data = cli.take()
+            if not data:
+                await meter.output(cli.t)
+                continue
+            # Every answer but the batch's closing status carries the stored message.
+            got += data.count(b"HMSG _INBOX.get.")
+            eobs = data.count(b" 204 EOB")
+            got -= eobs
+            ended += eobs
+        elapsed = time.perf_counter() - t0
+        if got != n:
+            raise RuntimeError(f"direct get returned {got} messages, expected {n}")
         return (cli.server_cpu + meter.cpu) / n * 1e6, n / elapsed
     finally:
         await server.stop()
@@ -272,9 +343,16 @@ async def bench_consume(n: int, size: int, batch: int) -> tuple[float, float]:
         shutil.rmtree(store, ignore_errors=True)
 
 
+CASES = ["publish", "publish-id", "consume", "direct-get"]
+
+
 def run(what: str, args: argparse.Namespace) -> tuple[float, float]:
     if what == "publish":
         coro = bench_publish(args.msgs, args.size, args.window)
+    elif what == "publish-id":
+        coro = bench_publish(args.msgs, args.size, args.window, ids=True)
+    elif what == "direct-get":
+        coro = bench_direct_get(args.msgs, args.size, args.direct_batch)
     else:
         coro = bench_consume(args.msgs, args.size, args.batch)
     try:
@@ -292,12 +370,13 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=512, help="publishes in flight")
     ap.add_argument("--batch", type=int, default=256, help="pull request batch")
     ap.add_argument("--repeat", type=int, default=3, help="runs per case; the best is shown")
-    ap.add_argument("--only", choices=["publish", "consume"])
+    ap.add_argument("--direct-batch", type=int, default=1000, help="direct get batch")
+    ap.add_argument("--only", choices=CASES)
     ap.add_argument("--profile", help="write a cProfile of one run of each case here")
     args = ap.parse_args()
     print(machine_summary())
     print(f"load average {os.getloadavg()[0]:.1f}; {args.msgs} msgs of {args.size} B, file storage")
-    for what in [args.only] if args.only else ["publish", "consume"]:
+    for what in [args.only] if args.only else CASES:
         if args.profile:
             prof = cProfile.Profile()
             prof.runcall(run, what, args)
@@ -306,7 +385,7 @@ def main() -> None:
         cpu = min(r[0] for r in results)
         rate = max(r[1] for r in results)
         best = f"best of {args.repeat}"
-        print(f"{what:<8} server CPU {cpu:6.2f} us/msg ({best}); {rate:>9,.0f} msg/s")
+        print(f"{what:<10} server CPU {cpu:6.2f} us/msg ({best}); {rate:>9,.0f} msg/s")
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """JetStream publish with acks, jetraft beside nats-server, same load generator.
 
     python -m benchmarks.js_publish [--msgs N] [--sync-msgs N] [--window W] [--pubs P]
-                                    [--only jetraft|nats-server|nats-server-always] [--ids]
+                                    [--only jetraft|nats-server|nats-server-always]
+                                    [--ids | --ids-only]
 
 Servers (file storage each): jetraft with its default (fsync before every PubAck, group
 commit), nats-server with its default (fsync every 2 minutes: lazy), and nats-server with
@@ -248,6 +249,7 @@ def main() -> None:
     ap.add_argument("--pubs", type=int, default=2, help="async publisher connections")
     ap.add_argument("--only", choices=SERVERS)
     ap.add_argument("--ids", action="store_true", help="add the Nats-Msg-Id scenario")
+    ap.add_argument("--ids-only", action="store_true", help="run the Nats-Msg-Id scenario alone")
     args = ap.parse_args()
     scenarios = [
         Scenario("sync 128B", 128, 1, 1),
@@ -255,7 +257,9 @@ def main() -> None:
         Scenario("async 128B", 128, args.window, args.pubs),
         Scenario("async 1KB", 1024, args.window, args.pubs),
     ]
-    if args.ids:
+    if args.ids_only:
+        scenarios = []
+    if args.ids or args.ids_only:
         scenarios.append(Scenario("async 128B id", 128, args.window, args.pubs, ids=True))
     kinds = [args.only] if args.only else SERVERS
     table: dict[str, dict[str, float]] = {}

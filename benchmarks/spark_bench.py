@@ -3,9 +3,12 @@
     python -m benchmarks.spark_bench [--msgs 1000000] [--size 128] [--partitions 4]
                                      [--master local[2]] [--only jetraft|nats-server]
                                      [--cases sink,read,read-consumer,stream-read,stream-write]
+                                     [--read-option K=V ...] [--write-option K=V ...]
 
-For each server (file storage, default settings, a fresh store): a stream BENCH with
-``allow_direct``; then, one case after the other on the same stream:
+For each server (file storage, default settings, a fresh store): a warm-up (``--warmup``
+rows written to and read from a stream of their own, unmeasured: the JVM compiles its hot
+paths then, not in the first measured case), a stream BENCH with ``allow_direct``; then,
+one case after the other on the same stream:
 
 - sink: ``spark.range(N)`` as rows (subject, 128-byte data) written with
   ``df.write.format("jetstream")``: every row acknowledged (PubAck) before the job ends.
@@ -18,6 +21,9 @@ For each server (file storage, default settings, a fresh store): a stream BENCH 
   AvailableNow, into Spark's ``noop`` sink: the N messages in one run.
 - stream-write: N rows from a Parquet copy of the sink's input (read as a file stream,
   AvailableNow) written with ``writeStream.format("jetstream")`` to a second stream.
+
+``--read-option`` / ``--write-option`` pass connector options (e.g. ``fetchBatch=2000``,
+``maxPendingAcks=4000``) to every read / write, to try settings without editing code.
 
 Rate = N / job (or query) time. Beside each rate: CPU time per row of the server process, of
 Spark's Python workers (where the connector runs) and of the JVM, from /proc, so a reader
@@ -41,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import free_port, machine_summary, wait_port
+from benchmarks.common import free_port, load_summary, machine_summary, wait_port
 
 SERVERS = ["jetraft", "nats-server"]
 CASES = ["sink", "read", "read-consumer", "stream-read", "stream-write"]
@@ -154,6 +160,7 @@ class Result:
     rows_s: float
     cpu: Cpu
     rows: int
+    load: float = 0.0  # 1-minute load average when the case ended (the machine is shared)
 
 
 def spark_session(master: str) -> Any:
@@ -187,7 +194,7 @@ def _timed(server_pid: int, rows: int, job: Callable[[], int | None]) -> Result:
     count = rows if got is None else got
     if count != rows:
         raise AssertionError(f"{count} rows, expected {rows}")
-    return Result(rows / elapsed, used, rows)
+    return Result(rows / elapsed, used, rows, os.getloadavg()[0])
 
 
 class Bench:
@@ -209,6 +216,31 @@ class Bench:
             .alias("data"),
         )
 
+    def warm_up(self) -> None:
+        """A small write and read on a stream of its own before the measured cases, so that
+        the JVM's JIT compilation (several CPU seconds on a fresh session) is not charged to
+        whichever server and case come first."""
+        from pyspark.sql import functions as F
+
+        create_stream(self.url, "WARM", ("warm.>",))
+        rows = self.args.warmup
+        df = self.spark.range(0, rows, 1, self.args.partitions).select(
+            F.lit("warm.data").alias("subject"), F.col("id").cast("string").alias("data")
+        )
+        df.write.format("jetstream").mode("append").option("servers", self.url).option(
+            "commitBucket", ""
+        ).save()
+        got = (
+            self.spark.read.format("jetstream")
+            .option("servers", self.url)
+            .option("stream", "WARM")
+            .option("minPartitions", str(self.args.partitions))
+            .load()
+            .count()
+        )
+        if got != rows:
+            raise AssertionError(f"warm-up read {got} rows, expected {rows}")
+
     def sink(self) -> Result:
         df = self.source_df()
 
@@ -216,6 +248,7 @@ class Bench:
             (
                 df.write.format("jetstream")
                 .mode("append")
+                .options(**self.args.write_options)
                 .option("servers", self.url)
                 .option("commitBucket", "")
                 .save()
@@ -227,6 +260,7 @@ class Bench:
         def job() -> int:
             return int(
                 self.spark.read.format("jetstream")
+                .options(**self.args.read_options)
                 .option("servers", self.url)
                 .option("stream", "BENCH")
                 .option("readMode", mode)
@@ -244,6 +278,7 @@ class Bench:
         def job() -> None:
             query = (
                 self.spark.readStream.format("jetstream")
+                .options(**self.args.read_options)
                 .option("servers", self.url)
                 .option("stream", "BENCH")
                 .option("minPartitions", str(self.args.partitions))
@@ -273,6 +308,7 @@ class Bench:
                 .parquet(files)
                 .selectExpr("'bench2.data' AS subject", "data")
                 .writeStream.format("jetstream")
+                .options(**self.args.write_options)
                 .option("servers", self.url)
                 .option("commitBucket", "")
                 .option("checkpointLocation", checkpoint)
@@ -295,6 +331,8 @@ def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Resu
     try:
         create_stream(url)
         bench = Bench(spark, args, url, proc.pid, tmp)
+        if args.warmup:
+            bench.warm_up()
         cases = args.cases
         if any(c != "sink" and c != "stream-write" for c in cases) and "sink" not in cases:
             cases = ["sink", *cases]  # the reads need the messages
@@ -309,7 +347,10 @@ def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Resu
                 out[case] = bench.stream_read()
             elif case == "stream-write":
                 out[case] = bench.stream_write()
-            print(f"  {kind} {case}: {out[case].rows_s:,.0f} rows/s", file=sys.stderr)
+            print(
+                f"  {kind} {case}: {out[case].rows_s:,.0f} rows/s ({load_summary()})",
+                file=sys.stderr,
+            )
         return out
     finally:
         proc.terminate()
@@ -327,7 +368,10 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> N
         f"spark {args.master}, {args.msgs:,} messages x {args.size} B, "
         f"{args.partitions} partitions; CPU in microseconds per row"
     )
-    head = f"{'case':<14} {'server':<12} {'rows/s':>10} {'server':>7} {'workers':>8} {'jvm':>6}"
+    head = (
+        f"{'case':<14} {'server':<12} {'rows/s':>10} {'server':>7} {'workers':>8} {'jvm':>6}"
+        f" {'load':>5}"
+    )
     print(head)
     cases = [c for c in CASES if any(c in r for r in results.values())]
     for case in cases:
@@ -337,11 +381,21 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> N
             r = res[case]
             print(
                 f"{case:<14} {kind:<12} {r.rows_s:>10,.0f} {_us(r.cpu.server, r.rows):>7} "
-                f"{_us(r.cpu.workers, r.rows):>8} {_us(r.cpu.jvm, r.rows):>6}"
+                f"{_us(r.cpu.workers, r.rows):>8} {_us(r.cpu.jvm, r.rows):>6} {r.load:>5.1f}"
             )
         if len(results) == 2 and all(case in r for r in results.values()):
             ratio = results["jetraft"][case].rows_s / results["nats-server"][case].rows_s
             print(f"{case:<14} {'ratio j/n':<12} {ratio:>10.2f}")
+
+
+def _options(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"option {item!r}: expected KEY=VALUE")
+        out[key] = value
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -352,7 +406,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--only", choices=SERVERS)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument(
+        "--warmup", type=int, default=200_000, help="rows written and read first (0: none)"
+    )
+    parser.add_argument("--read-option", action="append", default=[], metavar="K=V")
+    parser.add_argument("--write-option", action="append", default=[], metavar="K=V")
     args = parser.parse_args(argv)
+    args.read_options = _options(parser, args.read_option)
+    args.write_options = _options(parser, args.write_option)
     args.cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     unknown = set(args.cases) - set(CASES)
     if unknown:

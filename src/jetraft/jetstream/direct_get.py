@@ -166,10 +166,14 @@ def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: 
     return direct_answer(stream, req, None, None)
 
 
-def _direct_headers(
-    stream: Stream, msg: StoredMsg, extra: tuple[tuple[str, str], ...] = ()
-) -> bytes:
-    tail = "".join(f"{k}: {v}\r\n" for k, v in extra)
+def _pending_tail(pending: int, last: int) -> str:
+    """The header lines a batch answer adds after the stored message's own."""
+    return f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"
+
+
+def _direct_headers(stream: Stream, msg: StoredMsg, tail: str = "") -> bytes:
+    """The stored headers and ours: Nats-Stream, -Subject, -Sequence, -Time-Stamp, then
+    ``tail`` (header lines, each ending in CRLF)."""
     added = (
         f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
         f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n{tail}\r\n"
@@ -199,7 +203,10 @@ def _direct_headers(
             ("Nats-Time-Stamp", format_time(msg.ts_ns)),
         )
     )
-    items.extend(extra)
+    for line in tail.split("\r\n"):
+        name, sep, value = line.partition(": ")
+        if sep:
+            items.append((name, value))
     return encode_headers(items, status=status, description=description)
 
 
@@ -233,8 +240,7 @@ def _direct_batch(
     sent = sent_bytes = last = 0
     while msg is not None:
         pending = max(pending - 1, 0)
-        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
+        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
@@ -289,8 +295,7 @@ def _multi_replies(
         if msg is None:
             continue
         pending -= 1
-        extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, extra)
+        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)

@@ -24,14 +24,27 @@ _RFC3339_RE = re.compile(
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
+# The last second formatted, (seconds, text): consecutive calls (the messages of a batch)
+# mostly share it. One tuple, replaced whole, so threads never see a mixed pair.
+_last_second: tuple[int, str] = (-1, "")
+
+
 def format_time(ns: int) -> str:
     """Nanoseconds since the epoch as Go's RFC3339Nano in UTC; 0 is Go's zero time."""
+    global _last_second
     if ns <= 0:
         return ZERO_TIME
     secs, frac = divmod(ns, NS_PER_S)
-    text = _second_text(secs)
+    last = _last_second
+    if last[0] == secs:
+        text = last[1]
+    else:
+        text = _second_text(secs)
+        _last_second = (secs, text)
     if frac:
-        text += "." + f"{frac:09d}".rstrip("0")
+        # The fraction with its leading zeros, trailing zeros cut (str() of an int is
+        # cheaper than a format spec).
+        return f"{text}.{str(frac + NS_PER_S)[1:].rstrip('0')}Z"
     return text + "Z"
 
 

@@ -12,6 +12,9 @@ Entries (msgspec Structs, ``encode_entry``/``decode_entry`` give bytes for a log
   Sequence(-Subject), Nats-Expected-Last-Sequence, Nats-Msg-Id dedupe, Nats-Expected-Last-Msg-Id,
   Nats-Rollup, max_msg_size, discard=new limits; then the message is stored and rolled up.
   The result is a ``PubAck``.
+* ``StoreBatch``: several ``StoreMsg`` in one log entry (a clustered stream leader proposes
+  what arrived in one loop turn as one entry); ``apply_batch`` applies them one after the
+  other, exactly as the same ``StoreMsg`` entries in a row, with one ``PubAck`` each.
 * ``Purge``, ``DeleteMsg``, ``UpdateConfig``: the API operations; the result is ``OpResult``.
 * ``Expire(now_ns)``: max_age and per-message TTL expiry.
 * ``ConsumerAck(seq)``: a consumer no longer needs ``seq`` (interest / workqueue retention).
@@ -57,16 +60,24 @@ ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
 
 
-_LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"
-_LONE_AT = len(_LONE_MSG_ID)
+LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
+_LONE_AT = len(LONE_MSG_ID)
+
+
+def lone_msg_id(hdr: bytes) -> str | None:
+    """The id of a header block that holds a ``Nats-Msg-Id`` and nothing else (the most
+    common block by far: a publisher's dedupe id), else None."""
+    if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
+        return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
+    return None
 
 
 def nats_headers(hdr: bytes) -> dict[str, str]:
     """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
     and nothing at all for the common block without any."""
-    if hdr.startswith(_LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
-        # The most common block by far (a publisher's dedupe id alone): no general parse.
-        return {MSG_ID: hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")}
+    msg_id = lone_msg_id(hdr)
+    if msg_id is not None:
+        return {MSG_ID: msg_id}  # no general parse
     out: dict[str, str] = {}
     if b"\r\nnats-" not in hdr.lower():
         return out
@@ -124,18 +135,34 @@ class Retire(msgspec.Struct, frozen=True, tag="ret", array_like=True):
     seqs: list[int]
 
 
+class StoreBatch(msgspec.Struct, frozen=True, tag="msgs", array_like=True):
+    """Publishes in one log entry, applied in order (``Stream.apply_batch``): one entry,
+    one framing and checksum in the log and one decode per batch instead of per message."""
+
+    msgs: list[StoreMsg]
+
+
 Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
+# What a clustered stream's log holds: the entries above, or a batch of publishes.
+LogEntry = Entry | StoreBatch
 
 _ENTRY_ENCODER = msgspec.msgpack.Encoder()
 _ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
+_LOG_ENTRY_DECODER = msgspec.msgpack.Decoder(LogEntry)
 
 
-def encode_entry(entry: Entry) -> bytes:
+def encode_entry(entry: LogEntry) -> bytes:
     return _ENTRY_ENCODER.encode(entry)
 
 
 def decode_entry(blob: bytes) -> Entry:
     entry: Entry = _ENTRY_DECODER.decode(blob)
+    return entry
+
+
+def decode_log_entry(blob: bytes) -> LogEntry:
+    """An entry of a clustered stream's log (``StoreBatch`` included)."""
+    entry: LogEntry = _LOG_ENTRY_DECODER.decode(blob)
     return entry
 
 
@@ -297,6 +324,9 @@ class Stream:
         self._observers: list[StreamObserver] = []
         # Nats-Msg-Id -> (seq, ts_ns), oldest first (for pruning by entry time).
         self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        # No entry expires before this time (the oldest one's time + the window; -1: look):
+        # spares the per-publish look at the oldest entry. A hint, never a decision.
+        self._prune_due = -1
         self.last_msg_id = ""
         # (expires_at_ns, seq) of messages with a Nats-TTL.
         self._ttl_heap: list[tuple[int, int]] = []
@@ -352,6 +382,12 @@ class Stream:
             return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
 
+    def apply_batch(self, batch: StoreBatch) -> list[PubAck]:
+        """The batch's publishes in order: the same state and answers as applying each
+        as its own ``StoreMsg`` entry."""
+        apply_msg = self._apply_msg
+        return [apply_msg(e) for e in batch.msgs]
+
     def on_consumer_ack(self, seq: int) -> None:
         """A consumer acked (or gave up on) ``seq``: drop it if retention says so."""
         if self.config.retention != "limits":
@@ -387,6 +423,47 @@ class Stream:
         for cb in self._listeners:
             cb(seq)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def takes_lone_ids(self) -> bool:
+        """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
+        check to a message carrying only a Nats-Msg-Id."""
+        cfg = self.config
+        return not cfg.sealed and cfg.retention == "limits" and cfg.discard != "new"
+
+    def store_with_id(
+        self, subject: str, hdr: bytes, data: bytes, msg_id: str, ts_ns: int
+    ) -> tuple[int, bool] | None:
+        """Apply ``StoreMsg(subject, _, hdr, data, ts_ns)`` whose header block is the lone
+        ``msg_id`` (``lone_msg_id``), on a stream that ``takes_lone_ids``: the decisions of
+        ``_apply_msg_checked`` for such a message, in its order, without building the entry
+        or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
+        leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
+        cfg = self.config
+        dd = self._dedupe
+        if msg_id:
+            if dd and ts_ns > self._prune_due:
+                self._prune_dedupe(ts_ns)
+            seen = dd.get(msg_id)
+            if seen is not None:
+                return seen[0], True
+        size_limit = cfg.max_msg_size
+        hlen = len(hdr)
+        if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
+            return None
+        store = self.store
+        if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+            return None
+        seq, removed = store.store(subject, hdr, data, ts_ns)
+        self.last_msg_id = msg_id
+        if msg_id and cfg.duplicate_window > 0:
+            dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
+        if removed:
+            self._tell_removed(removed)
+        for obs in self._observers:
+            obs.on_stored(seq, subject)
+        for cb in self._listeners:
+            cb(seq)
+        return seq, False
 
     def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
         """A publish with headers, or to a stream whose config needs more checks."""
@@ -503,13 +580,18 @@ class Stream:
             self._dedupe.move_to_end(msg_id)
 
     def _prune_dedupe(self, now_ns: int) -> None:
-        cutoff = now_ns - self.config.duplicate_window
+        if now_ns <= self._prune_due:
+            return
+        window = self.config.duplicate_window
+        cutoff = now_ns - window
         dd = self._dedupe
         while dd:
             msg_id, (_, ts) = next(iter(dd.items()))
             if ts >= cutoff:
-                break
+                self._prune_due = ts + window
+                return
             del dd[msg_id]
+        self._prune_due = -1
 
     # --- API operations --------------------------------------------------------------------
 
@@ -550,6 +632,7 @@ class Stream:
     def _apply_config(self, cfg: StreamConfig) -> OpResult:
         old = self.config
         self.config = cfg
+        self._prune_due = -1  # the window may have changed
         removed = self.store.update_limits(limits_of(cfg))
         if removed:
             self._tell_removed(removed)
@@ -663,6 +746,7 @@ class Stream:
         self.config = config
         self.store.update_limits(limits_of(config))
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
+        self._prune_due = -1
         self.last_msg_id = last_msg_id
         self._ttl_heap = [tuple(item) for item in ttl]  # type: ignore[misc]
         heapq.heapify(self._ttl_heap)

@@ -73,7 +73,9 @@ PONG = Pong()
 # ``tail`` is what follows the sid in the MSG/HMSG line the server writes for it
 # (b" [reply ][hdr ]total\r\n"). The parser hands out one tuple per distinct control line,
 # so consecutive publishes with the same line carry the very same object, and lines with the
-# same subject (reply) share the same str object.
+# same subject (reply) share the same str object. Under mypyc a tuple type is a C struct,
+# boxed into a new tuple object where an object is needed, so the parser tells runs apart by
+# the identity of the ``tail`` bytes, which is one object per parsed line in both builds.
 PubLine = tuple[str, str | None, int, int, bytes]
 
 class PubBatch:
@@ -331,7 +333,7 @@ class ClientParser:
         lines: list[PubLine] = []
         starts: list[int] = []
         bodies: list[bytes] = []
-        last: PubLine | None = None  # the line of the last run
+        last: bytes | None = None  # the tail of the last run's line (see PubLine)
         while pos < n:
             start = pos
             eol = data.find(b"\n", pos)
@@ -377,11 +379,12 @@ class ClientParser:
                 break
             if data[body_end] != 13 or data[body_end + 1] != 10:
                 self._fail(lines, starts, bodies, ERR_UNKNOWN_OP)
-            if parsed is not last:
+            tail = parsed[4]
+            if tail is not last:
                 lines.append(parsed)
                 starts.append(len(bodies))
                 bodies.append(data[pos:body_end])
-                last = parsed
+                last = tail
                 pos = body_end + 2
                 continue
             bodies.append(data[pos:body_end])

@@ -24,6 +24,10 @@ Operations:
 * MSGS: consecutive messages of one client on one subject with one reply, for the
   receiver's plain subscribers only (no queue groups), as runs of bodies that share a
   header size and a size. Sent only to peers whose INFO says ``msg_batches``.
+* ANSWERS: messages from server components (PubAcks), each on its own subject, without
+  reply or headers, for the receiver's plain subscribers only: one frame for the answers
+  of one commit that go to one server, rather than one MSG each. Sent only to peers whose
+  INFO says ``answers``.
 * RAFT: a batch of RAFT messages, each with the name of its group.
 """
 
@@ -44,6 +48,7 @@ OP_UNSUB = 7
 OP_MSG = 8
 OP_RAFT = 9
 OP_MSGS = 10
+OP_ANSWERS = 11
 
 # A frame larger than this is a protocol violation (bounds what a peer can make us buffer):
 # room for the largest payload plus headers and a batch of RAFT messages carrying them.
@@ -108,11 +113,17 @@ class RMsgs(msgspec.Struct, frozen=True, array_like=True):
     bodies: list[bytes]  # header block and payload together
 
 
+class RAnswers(msgspec.Struct, frozen=True, array_like=True):
+    account: str
+    subjects: list[str]
+    bodies: list[bytes]  # one per subject
+
+
 class RaftBatch(NamedTuple):
     items: list[tuple[str, bytes]]  # (group, encoded RAFT message)
 
 
-Event = Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RMsgs | RaftBatch
+Event = Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RMsgs | RAnswers | RaftBatch
 
 _encode = msgspec.msgpack.Encoder().encode
 _map_decoder = msgspec.msgpack.Decoder(dict[str, Any])
@@ -120,6 +131,7 @@ _sub_decoder = msgspec.msgpack.Decoder(RSub)
 _unsub_decoder = msgspec.msgpack.Decoder(RUnsub)
 _msg_decoder = msgspec.msgpack.Decoder(RMsg)
 _msgs_decoder = msgspec.msgpack.Decoder(RMsgs)
+_answers_decoder = msgspec.msgpack.Decoder(RAnswers)
 _raft_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
 PING_FRAME = _HEAD.pack(1, OP_PING)
@@ -190,6 +202,10 @@ def _check_msgs(msgs: RMsgs) -> RMsgs:
     return msgs
 
 
+def encode_answers(account: str, subjects: list[str], bodies: list[bytes]) -> bytes:
+    return _frame(OP_ANSWERS, _encode(RAnswers(account, subjects, bodies)))
+
+
 def encode_raft(items: list[tuple[str, bytes]]) -> bytes:
     return _frame(OP_RAFT, _encode(items))
 
@@ -202,6 +218,11 @@ def _decode(op: int, body: bytes) -> Event:
         return _check_msgs(_msgs_decoder.decode(body))
     if op == OP_RAFT:
         return RaftBatch(_raft_decoder.decode(body))
+    if op == OP_ANSWERS:
+        answers: RAnswers = _answers_decoder.decode(body)
+        if len(answers.subjects) != len(answers.bodies):
+            raise RouteProtocolError("ANSWERS subjects do not match their bodies")
+        return answers
     if op == OP_SUB:
         sub: RSub = _sub_decoder.decode(body)
         return sub

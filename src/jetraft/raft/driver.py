@@ -346,14 +346,17 @@ class Driver:
         early, late = split_messages(rd, self._durable_term, self._durable_vote)
         for m in early:  # a leader's AppendEntries overlap its own fsync (storage.py)
             self._send(m)
+        applied = 0
         if rd.must_sync:
+            applied = self._apply_durable(rd)
             yield from self._io(wal.sync)
             self.fsyncs += 1
         self._note_durable(rd)
         for m in late:
             self._send(m)
-        for e in rd.committed:
-            self._apply(e)
+        committed = rd.committed
+        for k in range(applied, len(committed)):
+            self._apply(committed[k])
         self.core.advance(rd)
         if rd.snapshot is not None and self.durable_sm:
             # Keep the marker, not the data, in memory: followers get fresh state.
@@ -370,6 +373,30 @@ class Driver:
             self._become_removed()
         elif self.state is State.RUNNING:
             yield from self._maybe_snapshot()
+
+    def _apply_durable(self, rd: Ready) -> int:
+        """Before the Ready's fsync, apply the committed entries that an earlier Ready
+        made durable here (those before the ones this Ready writes); returns how many.
+
+        They are committed, so durable on a quorum, and durable here too: their outcome
+        (a PubAck) need not wait for the fsync of the entries that arrived since. On a
+        leader this takes one fsync off every acknowledgement: entries are committed by
+        answers stepped after the Ready that wrote them, so the next Ready applies them
+        while it persists the next batch. Nothing sent depends on it (messages keep
+        their order around the fsync)."""
+        committed = rd.committed
+        if not committed or rd.snapshot is not None:
+            return 0
+        limit = self._durable_last
+        if rd.entries:
+            limit = min(limit, rd.entries[0].index - 1)
+        n = 0
+        for e in committed:
+            if e.index > limit or self.state is not State.RUNNING:
+                break
+            self._apply(e)
+            n += 1
+        return n
 
     def _install(self, snap: Snapshot) -> Process:
         """A snapshot from the leader: durable before anything continues it."""

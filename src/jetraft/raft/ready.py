@@ -6,7 +6,9 @@ The Ready contract (etcd's), which every driver follows in this order:
    entries[0].index on) and `hard_state`; fsync when `must_sync`;
 2. send `messages`: they may depend on everything persisted in step 1 (a vote, an
    acknowledgement of entries), so never before step 1 is durable;
-3. apply `committed` entries to the state machine, in order;
+3. apply `committed` entries to the state machine, in order (those that an earlier Ready
+   made durable here may be applied before this Ready's fsync: they are committed, and
+   nothing they lead to is a RAFT message; see Driver._apply_durable);
 4. call `RaftCore.advance(ready)`.
 Between ready() and advance() the core may still be stepped, ticked and proposed to;
 ready() must not be called again before advance().

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetraft.jetstream.direct_get import _direct_headers
+from jetraft.jetstream.direct_get import _direct_headers, _pending_tail
 from jetraft.jetstream.models import format_time, parse_time
 from jetraft.jetstream.store.types import StoredMsg
 from jetraft.protocol.headers import encode_headers, parse_headers
@@ -38,7 +38,7 @@ def test_plain_message_block_matches_the_general_encoder(
             *extra,
         ]
     )
-    block = _direct_headers(stream, msg, extra)
+    block = _direct_headers(stream, msg, _pending_tail(pending, seq - 1))
     assert block == expected
     assert dict(parse_headers(block).items)["Nats-Subject"] == subject
     if ts_ns > 0:
@@ -70,7 +70,7 @@ def test_stored_headers_come_first_then_ours(
         ("Nats-Time-Stamp", format_time(msg.ts_ns)),
         *extra,
     ]
-    block = _direct_headers(stream, msg, extra)
+    block = _direct_headers(stream, msg, _pending_tail(3, seq - 1))
     description = "x" if status else ""
     assert block == encode_headers([*items, *ours], status=status, description=description)
     parsed = parse_headers(block)

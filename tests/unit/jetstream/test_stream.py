@@ -503,3 +503,54 @@ def test_nats_headers_lone_msg_id_shortcut_agrees_with_the_general_parse(block: 
         if sep and key.startswith("nats-") and key not in want:
             want[key] = value.strip().decode()
     assert nats_headers(block) == want
+
+
+# --- store_with_id: the lone Nats-Msg-Id fast path decides as apply() does ------------------
+
+
+def _lone(msg_id: str) -> bytes:
+    return b"NATS/1.0\r\nNats-Msg-Id: %s\r\n\r\n" % msg_id.encode()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "c", "", " d "]), st.integers(0, 3 * S)),
+        max_size=25,
+    ),
+    window_s=st.sampled_from([0, 1, 120]),
+    max_msg_size=st.sampled_from([-1, 60]),
+    data_len=st.sampled_from([1, 40]),
+)
+def test_store_with_id_decides_as_apply(
+    ops: list[tuple[str, int]], window_s: int, max_msg_size: int, data_len: int
+) -> None:
+    """Same sequences, duplicates, refusals (left to apply), dedupe window and last id, and
+    the same stored messages, whether publishes go through apply() or store_with_id()."""
+    kw = {"duplicate_window": window_s * S, "max_msg_size": max_msg_size}
+    by_apply, fast = make(**kw), make(**kw)
+    assert fast.takes_lone_ids()
+    data = b"x" * data_len
+    ts = T0
+    for msg_id, step in ops:
+        ts += step
+        hdr = _lone(msg_id)
+        want = by_apply.apply(StoreMsg("s.a", "r", hdr, data, ts))
+        assert isinstance(want, PubAck)
+        got = fast.store_with_id("s.a", hdr, data, msg_id.strip(), ts)
+        if got is None:  # a refusal: apply() answers it, nothing was changed
+            assert want.error is not None
+            again = fast.apply(StoreMsg("s.a", "r", hdr, data, ts))
+            assert isinstance(again, PubAck) and again.error == want.error
+        else:
+            assert want.error is None
+            assert got == (want.seq, want.duplicate)
+        assert fast.beside_store() == by_apply.beside_store()
+    assert fast.store.state() == by_apply.store.state()
+
+
+def test_streams_with_more_checks_do_not_take_lone_ids() -> None:
+    assert not make(sealed=True).takes_lone_ids()
+    assert not make(retention="interest").takes_lone_ids()
+    assert not make(discard="new").takes_lone_ids()
+    assert make(retention="limits", discard="old").takes_lone_ids()

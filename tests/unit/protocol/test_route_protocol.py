@@ -29,6 +29,8 @@ def _frames() -> list[tuple[bytes, object]]:
             rp.encode_msgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
             rp.RMsgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
         ),
+        (rp.encode_answers("$G", ["_INBOX.a.1", "_INBOX.b.2"], [b'{"seq":1}', b""]),
+         rp.RAnswers("$G", ["_INBOX.a.1", "_INBOX.b.2"], [b'{"seq":1}', b""])),
         (rp.encode_raft([("S-1", b"\x01\x02"), ("_meta_", b"")]),
          rp.RaftBatch([("S-1", b"\x01\x02"), ("_meta_", b"")])),
     ]
@@ -78,3 +80,8 @@ def test_inconsistent_msgs_frames_are_protocol_errors(
 ) -> None:
     with pytest.raises(rp.RouteProtocolError):
         rp.RouteParser().feed(rp.encode_msgs("$G", "a", None, runs, bodies))
+
+
+def test_answers_frames_with_more_subjects_than_bodies_are_protocol_errors() -> None:
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser().feed(rp.encode_answers("$G", ["a", "b"], [b"x"]))

@@ -142,3 +142,23 @@ def test_unique_reply_subjects_under_one_wildcard_share_a_tail_entry() -> None:
     assert sl.remove("*.abc.>", None, "wide")
     assert sl.match("_INBOX.abc.9").plain == ("mux",)
     assert sl.match("_INBOX.other.9").plain == ("other",)
+
+
+def test_match_family_names_the_stem_only_while_the_last_token_does_not_matter() -> None:
+    sl: SubList[str] = SubList()
+    sl.insert("_INBOX.abc.*", None, "mux")
+    m, stem = sl.match_family("_INBOX.abc.1")
+    assert m.plain == ("mux",) and stem == "_INBOX.abc."
+    gen = sl.generation
+    # A literal subscription on one reply subject: the family no longer holds (the caller
+    # sees the generation move), and that subject is matched on its own.
+    sl.insert("_INBOX.abc.7", None, "seven")
+    assert sl.generation != gen
+    m, stem = sl.match_family("_INBOX.abc.7")
+    assert set(m.plain) == {"mux", "seven"} and stem is None
+    assert sl.match_family("_INBOX.abc.8")[0].plain == ("mux",)
+    # Subjects matched through the prefix cache (no token after the first counts) or not
+    # under a single-token tail have no family.
+    sl.insert("$JS.ACK.>", None, "acks")
+    assert sl.match_family("$JS.ACK.S.C.1.2.3")[1] is None
+    assert sl.match_family("nothing")[1] is None

@@ -207,12 +207,18 @@ class FileStore(BaseStore):
             self._rotate()
             active = self._active
             off = active.size + len(buf)
-        if headers is None and self._cipher is None:
-            # rec.append_msg's most common case, inline (it runs once per published message).
+        if self._cipher is None:
+            # rec.append_msg's common cases, inline (this runs once per published message).
             bsubj = subject.encode()
-            rlen = _OVERHEAD + len(bsubj) + len(data)
-            body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-            body += bsubj + data
+            if headers is None:
+                rlen = _OVERHEAD + len(bsubj) + len(data)
+                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+                body += bsubj + data
+            else:  # never empty here (the store turns b"" into None)
+                hlen = len(headers)
+                rlen = _OVERHEAD + len(bsubj) + hlen + len(data)
+                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
+                body += bsubj + headers + data
             buf += body
             buf += _pack_crc(_crc32(body))
         else:

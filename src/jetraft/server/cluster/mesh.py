@@ -255,6 +255,7 @@ class RouteMesh:
             "jetstream": host.jetstream_enabled(),
             "tags": list(cfg.server_tags),
             "msg_batches": True,  # MSGS frames (route protocol)
+            "answers": True,  # ANSWERS frames (route protocol)
             "routes": [
                 {"id": sid, "name": r.peer.name, "url": self._peer_route_url(r)}
                 for sid, r in self.routes.items()
@@ -490,6 +491,12 @@ class RouteMesh:
             starts.append(first + count)
         batch = PubBatch(lines, starts, msgs.bodies)
         self.host.router.deliver_pubs_from_route(account, batch)
+
+    def remote_answers(self, route: RouteConnection, answers: rp.RAnswers) -> None:
+        account = self.host.account_named(answers.account)
+        if account is None:
+            return
+        self.host.router.deliver_answers_from_route(account, answers.subjects, answers.bodies)
 
     # --- RAFT --------------------------------------------------------------------------------
 

@@ -42,6 +42,7 @@ class PeerInfo:
     lame_duck: bool = False
     version: str = ""
     msg_batches: bool = False  # understands MSGS frames
+    answers: bool = False  # understands ANSWERS frames
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> PeerInfo:
@@ -63,6 +64,7 @@ class PeerInfo:
             lame_duck=bool(f.get("ldm", False)),
             version=str(f.get("version", "")),
             msg_batches=f.get("msg_batches") is True,
+            answers=f.get("answers") is True,
         )
 
 
@@ -91,6 +93,8 @@ class RouteOwner(Protocol):
     def remote_msg(self, route: RouteConnection, msg: rp.RMsg) -> None: ...
 
     def remote_msgs(self, route: RouteConnection, msgs: rp.RMsgs) -> None: ...
+
+    def remote_answers(self, route: RouteConnection, answers: rp.RAnswers) -> None: ...
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
 
@@ -192,6 +196,11 @@ class RouteConnection(asyncio.Protocol):
         elif isinstance(ev, rp.RaftBatch):
             if self.ready:
                 owner.remote_raft(self, ev.items)
+        elif isinstance(ev, rp.RAnswers):
+            if self.ready:
+                self.in_msgs += len(ev.bodies)
+                self.in_bytes += sum(map(len, ev.bodies))
+                owner.remote_answers(self, ev)
         elif isinstance(ev, rp.RSub):
             if self.ready:
                 owner.remote_sub(self, ev)
@@ -313,6 +322,18 @@ class RouteConnection(asyncio.Protocol):
         self.out_bytes += sum(map(len, bodies))
         self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
         self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))
+
+    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
+        """Answers of server components (no reply, no headers) for the peer's plain
+        subscribers: one ANSWERS frame, or one MSG each for an older peer."""
+        if not self.peer.answers:
+            for subject, data in zip(subjects, bodies, strict=True):
+                self.forward(account, subject, None, None, data, (), None)
+            return
+        self.out_msgs += len(bodies)
+        self.out_bytes += sum(map(len, bodies))
+        self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
+        self.send(rp.encode_answers(account.name, subjects, bodies))
 
     # --- closing -----------------------------------------------------------------------------
 

@@ -113,6 +113,11 @@ class InternalClient:
         """Publish (subject, payload) pairs in order, no reply subjects, no headers."""
         self.router.route_answers(self.account, answers)
 
+    def publish_replies(self, subject: str, items: list[tuple[bytes | None, bytes]]) -> int:
+        """Publish (header block or None, payload) pairs to ``subject`` in order, no reply
+        subjects; returns how many receivers took the last one (0: nobody listens)."""
+        return self.router.route_replies(self.account, subject, items)
+
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:

@@ -62,6 +62,11 @@ class RouteSubscriber(Subscriber, Protocol):
         one reply) for the peer's plain subscribers (no queue groups)."""
         ...
 
+    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
+        """Send answers of server components (no reply, no headers) for the peer's plain
+        subscribers, in order."""
+        ...
+
 
 class InterestListener(Protocol):
     """Told when local interest changes (the cluster propagates it to the other servers)."""
@@ -146,36 +151,105 @@ class Router:
     def route_answers(self, account: Account, answers: Sequence[tuple[str, bytes]]) -> None:
         """Messages from server components without reply or headers, in order (the PubAcks
         of one commit): as ``route_message`` for each, with the subject matched once per
-        stretch of equal subjects and the account counted once."""
+        stretch of equal subjects (or of reply subjects of one inbox, see
+        ``SubList.match_family``), the account counted once, and what goes to another
+        server in one ANSWERS frame per route (``forward_answers``)."""
         sublist = account.sublist
         last: str | None = None
+        stem: str | None = None  # the answer holds for "<stem><token>" while gen is current
+        gen = -1
         last_match: Match[Subscription] | None = None
-        plain: tuple[Subscription, ...] = ()
+        local: list[Subscription] = []
+        routes: list[RouteSubscriber] = []
         simple = False
+        remote: dict[RouteSubscriber, tuple[list[str], list[bytes]]] = {}
         in_msgs = in_bytes = out_msgs = out_bytes = 0
         for subject, data in answers:
             if subject != last:
                 last = subject
-                match = sublist.match(subject)
-                if match is not last_match:  # unique reply subjects often share one
-                    last_match = match
-                    plain = match.plain
-                    simple = not match.queues and not any(s.conn.is_route for s in plain)
+                if not (
+                    stem is not None
+                    and gen == sublist.generation
+                    and subject.startswith(stem)
+                    and subject.find(".", len(stem)) < 0
+                    and len(subject) > len(stem)
+                ):
+                    match, stem = sublist.match_family(subject)
+                    gen = sublist.generation
+                    if match is not last_match:  # unique reply subjects often share one
+                        last_match = match
+                        simple = not match.queues
+                        local = [s for s in match.plain if not s.conn.is_route]
+                        # One copy per route, however many of its subscriptions match.
+                        routes = list(dict.fromkeys(
+                            cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route
+                        ))
             if not simple:
                 self.route_message(None, account, subject, None, None, data)
                 continue
             size = len(data)
             in_msgs += 1
             in_bytes += size
-            for sub in plain:
+            for sub in local:
                 if sub.conn.deliver(sub, subject, None, None, data):
                     out_msgs += 1
                     out_bytes += size
+            for route in routes:
+                out = remote.get(route)
+                if out is None:
+                    out = remote[route] = ([], [])
+                out[0].append(subject)
+                out[1].append(data)
+                out_msgs += 1
+                out_bytes += size
+        for route, (subjects, bodies) in remote.items():
+            route.forward_answers(account, subjects, bodies)
         stats = account.stats
         stats.in_msgs += in_msgs
         stats.in_bytes += in_bytes
         stats.out_msgs += out_msgs
         stats.out_bytes += out_bytes
+
+    def route_replies(
+        self, account: Account, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> int:
+        """Messages (header block or None, payload) from a server component to one subject
+        without reply, in order (a slice of a DIRECT.GET batch): as ``route_message`` for
+        each, matched once while the interest stays as it was. Returns how many receivers
+        took the last one (0: nobody listens any more)."""
+        sublist = account.sublist
+        gen = -1
+        plain: tuple[Subscription, ...] = ()
+        simple = False
+        got = in_msgs = in_bytes = out_msgs = out_bytes = 0
+        for hdr, data in items:
+            if gen != sublist.generation:
+                match = sublist.match(subject)
+                gen = sublist.generation
+                plain = match.plain
+                simple = not match.queues and not any(s.conn.is_route for s in plain)
+            if not simple:
+                got = self.route_message(None, account, subject, None, hdr, data)
+                if not got:
+                    break
+                continue
+            size = len(data) if hdr is None else len(data) + len(hdr)
+            in_msgs += 1
+            in_bytes += size
+            got = 0
+            for sub in plain:
+                if sub.conn.deliver(sub, subject, None, hdr, data):
+                    got += 1
+            out_msgs += got
+            out_bytes += size * got
+            if not got:
+                break
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+        return got
 
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
@@ -264,6 +338,31 @@ class Router:
                 if idx >= taken and reply is not None:
                     self._no_responders(sender, subject, reply)
                 idx += 1
+
+    def deliver_answers_from_route(
+        self, account: Account, subjects: Sequence[str], bodies: Sequence[bytes]
+    ) -> None:
+        """Answers another server's components sent here (``forward_answers``): local plain
+        subscribers only, as ``deliver_from_route`` without queue groups."""
+        sublist = account.sublist
+        last: str | None = None
+        local: list[Subscription] = []
+        in_bytes = out_msgs = out_bytes = 0
+        for subject, data in zip(subjects, bodies, strict=True):
+            if subject != last:
+                last = subject
+                local = [s for s in sublist.match(subject).plain if not s.conn.is_route]
+            size = len(data)
+            in_bytes += size
+            for sub in local:
+                if sub.conn.deliver(sub, subject, None, None, data):
+                    out_msgs += 1
+                    out_bytes += size
+        stats = account.stats
+        stats.in_msgs += len(bodies)
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
         """Deliver a group of client publishes on one subject that another server routed

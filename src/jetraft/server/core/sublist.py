@@ -65,6 +65,9 @@ class SubList(Generic[S]):
         self._tail_cache: dict[str, Match[S]] = {}
         self._tail_lens: list[int] = []
         self._count = 0
+        # Bumped by every insert and remove: an answer kept by a caller (``match_family``)
+        # holds while it is unchanged.
+        self.generation = 0
 
     def __len__(self) -> int:
         return self._count
@@ -98,6 +101,7 @@ class SubList(Generic[S]):
                 return
             members[sub] = None
         self._count += 1
+        self.generation += 1
         self._invalidate(subject)
 
     def remove(self, subject: str, queue: str | None, sub: S) -> bool:
@@ -125,6 +129,7 @@ class SubList(Generic[S]):
             if not members:
                 del node.queues[queue]
         self._count -= 1
+        self.generation += 1
         self._prune(path, node)
         self._invalidate(subject)
         return True
@@ -223,6 +228,17 @@ class SubList(Generic[S]):
                 del self._cache[key]
         self._cache[subject] = result
         return result
+
+    def match_family(self, subject: str) -> tuple[Match[S], str | None]:
+        """``match(subject)``, and the stem (``"<all tokens but the last>."``) when the same
+        answer holds for every subject made of that stem and one more token: the reply
+        subjects of one inbox, each used once. The caller may reuse the answer for such
+        subjects while ``generation`` is unchanged, without a lookup per subject."""
+        result = self.match(subject)
+        dot = subject.rfind(".")
+        if dot > 0 and self._tail_cache.get(subject[:dot] + ".*") is result:
+            return result, subject[: dot + 1]
+        return result, None
 
     def _remember_prefix(self, key: str, length: int, result: Match[S]) -> None:
         pcache = self._prefix_cache

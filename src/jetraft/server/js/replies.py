@@ -20,6 +20,10 @@ class Publisher(Protocol):
         self, subject: str, data: bytes = b"", reply: str | None = None, hdr: bytes | None = None
     ) -> int: ...
 
+    def publish_replies(self, subject: str, items: list[tuple[bytes | None, bytes]]) -> int:
+        """Several messages to one subject in order; how many took the last (0: nobody)."""
+        ...
+
 
 def send_response(client: Publisher, reply: str, out: Any) -> None:
     """A dict goes as JSON, ``RawReply`` as a message with headers (a list of them as
@@ -45,13 +49,18 @@ def send_slices(client: Publisher, reply: str, replies: Iterator[RawReply]) -> N
     """A lazy answer (DIRECT.GET batches): one slice per loop turn, so that a large batch
     neither builds up in memory nor holds the loop; stops when the requester is gone."""
     sent = 0
+    items: list[tuple[bytes | None, bytes]] = []
+    more = False
     try:
         for item in replies:
-            if not client.publish(reply, item.data, None, item.hdr):
-                return  # nobody listens any more
+            items.append((item.hdr, item.data))
             sent += len(item.data) + len(item.hdr or b"")
             if sent >= DIRECT_SLICE_BYTES:
-                asyncio.get_running_loop().call_soon(send_slices, client, reply, replies)
-                return
+                more = True
+                break
     except Exception:  # the stream went away mid-answer (deleted, stopped)
         log.debug("direct get to %s stopped", reply, exc_info=True)
+    # The slice goes out in one call (the reply subject matched once); a requester that
+    # went away stops the rest.
+    if items and client.publish_replies(reply, items) and more:
+        asyncio.get_running_loop().call_soon(send_slices, client, reply, replies)

@@ -37,6 +37,7 @@ from jetraft.jetstream.consumer_config import StreamFacts
 from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.types import StoreError, StreamStore
 from jetraft.jetstream.stream import (
+    LONE_MSG_ID,
     ConsumerAck,
     Entry,
     Expire,
@@ -45,6 +46,7 @@ from jetraft.jetstream.stream import (
     RetentionConsumer,
     StoreMsg,
     Stream,
+    lone_msg_id,
 )
 from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import Account
@@ -101,7 +103,8 @@ class StreamRuntime:
         stream.add_observer(self)
         self.closed = False
         self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit)
-        self._acks: list[PubAck] = []  # answers waiting for the next commit (one batch)
+        # (reply, PubAck body) waiting for the next commit (one batch)
+        self._acks: list[tuple[str, bytes]] = []
         self._persisted = False
         self.durable = False
         self._update_mode()
@@ -249,19 +252,43 @@ class StreamRuntime:
         """The runs ``first`` to ``stop`` of a client's publishes (one socket read): each
         message stored and answered as by ``_on_publish``, the commit queue touched once.
         The hot path of a durable stream: what ``_answer_one`` decides per message is
-        decided once here."""
+        decided once here, and a message whose only header is its Nats-Msg-Id (what the
+        Spark sink and nats.py's ``js.publish`` send) skips the entry and the PubAck object
+        (``Stream.store_with_id``)."""
         if self.closed:
             return 0
         lines, starts, bodies = batch.lines, batch.starts, batch.bodies
         stream = self.stream
         apply = stream.apply
         batched = self._persisted and not stream.config.no_ack
+        by_id = stream.store_with_id if batched and stream.takes_lone_ids() else None
+        head = self._ack_head()
         clock = now_ns
         try:
             for r in range(first, stop):
                 subject, reply, _total, hdr_len, _tail = lines[r]
                 for i in range(starts[r], starts[r + 1]):
                     body = bodies[i]
+                    if by_id is not None and hdr_len > 0 and body.startswith(LONE_MSG_ID):
+                        hdr = body[:hdr_len]
+                        msg_id = lone_msg_id(hdr)
+                        got = None
+                        if msg_id is not None:
+                            try:
+                                got = by_id(subject, hdr, body[hdr_len:], msg_id, clock())
+                            except Exception as exc:
+                                self._answer_one(reply, self._refused(subject, reply, exc))
+                                continue
+                        if got is not None:
+                            if reply:
+                                seq, dup = got
+                                self._queue_ack(
+                                    reply,
+                                    PubAck(reply, self.name, seq, dup, None, stream.domain).body()
+                                    if dup or head is None
+                                    else b"%s%d}" % (head, seq),
+                                )
+                            continue
                     try:
                         if hdr_len < 0:
                             result = apply(StoreMsg(subject, reply or "", None, body, clock()))
@@ -273,14 +300,27 @@ class StreamRuntime:
                     if not (reply and batched and isinstance(result, PubAck)):
                         self._answer_one(reply, result)
                         continue
-                    # As in _answer_one: the batch of answers waiting for the next commit.
-                    acks = self._acks
-                    acks.append(result)
-                    if len(acks) == 1:
-                        self.commits.after_durable(functools.partial(self._answer, acks))
+                    self._queue_ack(reply, result.body())
         finally:
             self._changed()
         return starts[stop] - starts[first]
+
+    def _ack_head(self) -> bytes | None:
+        """The bytes of a plain PubAck before its sequence number (None with a domain, whose
+        PubAcks say so)."""
+        if self.stream.domain:
+            return None
+        body = PubAck("", self.name, 0).body()
+        return body[: -len(b"0}")]
+
+    def _queue_ack(self, reply: str, body: bytes) -> None:
+        """A PubAck waits for the next commit. Answers wait in batches: one commit-queue
+        callback per batch, the batch closed when the queue takes it (``_prepare_commit``),
+        so a batch never holds an answer whose message the commit does not cover."""
+        acks = self._acks
+        acks.append((reply, body))
+        if len(acks) == 1:
+            self.commits.after_durable(functools.partial(self._answer, acks))
 
     def _apply_one(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> Result:
         """Apply one publish (``propose`` without its ``_changed``, which the caller does)."""
@@ -306,24 +346,19 @@ class StreamRuntime:
         if not self._persisted:
             self.client.publish(reply, result.body())
             return
-        # PubAcks wait in batches: one commit-queue callback per batch, the batch closed
-        # when the queue takes it (``_prepare_commit``), so a batch never holds an answer
-        # whose message the commit does not cover.
-        acks = self._acks
-        acks.append(result)
-        if len(acks) == 1:
-            self.commits.after_durable(functools.partial(self._answer, acks))
+        self._queue_ack(reply, result.body())
 
-    def _answer(self, acks: list[PubAck], exc: BaseException | None) -> None:
+    def _answer(self, acks: list[tuple[str, bytes]], exc: BaseException | None) -> None:
         if exc is None:
-            self.client.publish_answers([(ack.reply, ack.body()) for ack in acks])
+            self.client.publish_answers(acks)
             return
         publish = self.client.publish
         # The data may not be durable: tell the publishers it failed (they retry; dedupe by
         # Nats-Msg-Id makes the retry safe).
-        for ack in acks:
-            failed = PubAck(ack.reply, ack.stream, 0, False, E.store_failed(str(exc)), ack.domain)
-            publish(ack.reply, failed.body())
+        err = E.store_failed(str(exc))
+        for reply, _ in acks:
+            failed = PubAck(reply, self.name, 0, False, err, self.stream.domain)
+            publish(reply, failed.body())
 
     # --- commits -----------------------------------------------------------------------------
 

@@ -8,10 +8,13 @@ snapshot and entries on restart.
 The leader alone:
 
 * subscribes to the stream's subjects, so publishes anywhere in the cluster reach it; each
-  one becomes a ``StoreMsg`` entry stamped with its clock and proposed (the RAFT node
-  batches proposals into one log append and one fsync), and the PubAck leaves once the
-  entry is committed, fsync'd on a quorum, and applied here. If leadership is lost first,
-  no PubAck is sent: the publisher times out and retries (Nats-Msg-Id makes that safe);
+  one becomes a ``StoreMsg`` stamped with its clock; those that arrive in one loop turn go
+  into one ``StoreBatch`` entry (one log entry, one framing and one decode per batch: the
+  per-entry costs of RAFT and the log were most of a publish's cost), and the RAFT node
+  batches proposals into one log append and one fsync. The PubAcks of a batch leave once
+  its entry is committed, fsync'd on a quorum, and applied here. If leadership is lost
+  first, no PubAck is sent: the publisher times out and retries (Nats-Msg-Id makes that
+  safe);
 * proposes ``Expire`` entries when messages reach max_age or their TTL;
 * brings the group in line with the assignment: a changed config becomes an
   ``UpdateConfig`` entry, servers added to the assignment join (as learners, promoted once
@@ -37,14 +40,16 @@ from jetraft.jetstream.stream import (
 )
 from jetraft.jetstream.stream import (
     Expire,
+    LogEntry,
     OpResult,
     PubAck,
     Result,
     Retire,
+    StoreBatch,
     StoreMsg,
     Stream,
     UpdateConfig,
-    decode_entry,
+    decode_log_entry,
     encode_entry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
@@ -63,6 +68,12 @@ log = logging.getLogger("jetraft.js.stream")
 PROPOSE_TIMEOUT_S = 5.0
 MIN_SNAPSHOT_ENTRIES = 8192
 SNAPSHOT_CHECK_EVERY = 1024
+KEEP_MSGS = 1024  # messages kept in the log after a snapshot (RaftNode's keep_entries)
+# A batch of publishes is proposed at the end of the loop turn, or sooner at these sizes (a
+# batch is one log entry: followers that fall behind get it whole, in AppendEntries of
+# about 1 MB).
+MAX_BATCH_MSGS = 256
+MAX_BATCH_BYTES = 256 * 1024
 # How long a lagging replica holds a direct get back while it catches up.
 DIRECT_CATCH_UP_S = 2.0
 
@@ -120,6 +131,13 @@ class StreamReplica:
         self._reconcile_task: asyncio.Task[None] | None = None
         self._to_retire: set[int] = set()
         self.apply_listeners: list[Callable[[StreamEntry, Result], None]] = []
+        self._batch: list[StoreMsg] = []  # publishes of this loop turn, not yet proposed
+        self._batch_bytes = 0
+        # Leader: the entries it proposed, by id of their bytes, until applied or failed:
+        # its own entries are applied without decoding them again.
+        self._own: dict[int, tuple[bytes, LogEntry]] = {}
+        self._msgs_applied = 0  # publishes applied, for pacing snapshots
+        self._entries_applied = 0
 
     @property
     def name(self) -> str:
@@ -193,23 +211,43 @@ class StreamReplica:
     # --- the state machine (raft.node.StateMachine) ------------------------------------------
 
     def apply(self, entry: Entry) -> object:
-        e = decode_entry(entry.data)
-        result = self.stream.apply(e)
-        if entry.index % SNAPSHOT_CHECK_EVERY == 0:
+        data = entry.data
+        own = self._own.pop(id(data), None) if self._own else None
+        e = own[1] if own is not None and own[0] is data else decode_log_entry(data)
+        result: object
+        self._entries_applied += 1
+        if isinstance(e, StoreBatch):
+            results = self.stream.apply_batch(e)
+            for listener in self.apply_listeners:
+                for m, r in zip(e.msgs, results, strict=True):
+                    listener(m, r)
+            result = results
+            self._msgs_applied += len(results)
+        else:
+            result = one = self.stream.apply(e)
+            for listener in self.apply_listeners:
+                listener(e, one)
+            self._msgs_applied += 1
+        if self._msgs_applied >= SNAPSHOT_CHECK_EVERY:
             self._pace_snapshots()
-        for listener in self.apply_listeners:
-            listener(e, result)
         if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
             self.expiry.arm()
         return result
 
     def _pace_snapshots(self) -> None:
         """A snapshot holds the whole stream, so take one only every max(8192, messages)
-        entries: its cost is then spread evenly over the entries it replaces."""
+        messages: its cost is then spread evenly over the messages it replaces. The log
+        counts entries, which hold a batch of messages each: the messages per entry of
+        the last stretch convert one into the other."""
+        per_entry = self._msgs_applied / max(self._entries_applied, 1)
+        self._msgs_applied = self._entries_applied = 0
         node = self.group.node
         if node is not None:
-            msgs = self.stream.store.state().msgs
-            node.driver.snapshot_entries = max(MIN_SNAPSHOT_ENTRIES, msgs)
+            msgs = max(MIN_SNAPSHOT_ENTRIES, self.stream.store.state().msgs)
+            node.driver.snapshot_entries = max(int(msgs / per_entry), 64)
+            # The entries kept after a snapshot for followers slightly behind: as many
+            # messages as before batching, not as many batches.
+            node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
     def snapshot(self) -> bytes:
         chunks = list(self.stream.store.snapshot())
@@ -242,6 +280,9 @@ class StreamReplica:
 
     def _lose_leadership(self) -> None:
         self._leading = False
+        self._batch = []  # not proposed: their publishers hear nothing and retry
+        self._batch_bytes = 0
+        self._own.clear()
         for sub in list(self.client.subs.values()):
             self.client.unsubscribe(sub)
         self.expiry.cancel()
@@ -263,10 +304,13 @@ class StreamReplica:
     # --- proposing ---------------------------------------------------------------------------
 
     def propose(self, entry: StreamEntry) -> asyncio.Future[Applied]:
-        """Propose as leader; the future resolves once applied here (NotLeader otherwise)."""
+        """Propose as leader; the future resolves once applied here (NotLeader otherwise).
+        Publishes batched so far go first: entries keep the order they were asked in."""
         node = self.group.node
         if node is None:
             raise NotLeader("")
+        if self._batch:
+            self._propose_publishes()
         return node.propose_nowait(encode_entry(entry))
 
     async def propose_and_wait(self, entry: StreamEntry) -> Result:
@@ -280,27 +324,50 @@ class StreamReplica:
     def _on_publish(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
         if not self._leading:
             return
-        node = self.group.node
-        if node is None:
-            return
-        entry = StoreMsg(subject, reply or "", hdr, data, time.time_ns())
-        # A callback rather than a future per message: the PubAck leaves as the entry is
-        # applied (the publisher keeps its own deadline).
-        no_ack = not reply or self.stream.config.no_ack
-        done = _ignore if no_ack or not reply else functools.partial(self._send_ack, reply)
-        try:
-            node.propose_with(encode_entry(entry), done)
-        except RaftError:
-            return  # no leader to take it: the publisher hears nothing and retries
+        batch = self._batch
+        if not batch:
+            asyncio.get_running_loop().call_soon(self._end_of_turn)
+        batch.append(StoreMsg(subject, reply or "", hdr, data, time.time_ns()))
+        self._batch_bytes += len(data) + (len(hdr) if hdr else 0)
+        if len(batch) >= MAX_BATCH_MSGS or self._batch_bytes >= MAX_BATCH_BYTES:
+            self._propose_publishes()
 
-    def _send_ack(self, reply: str, outcome: Outcome) -> None:
+    def _end_of_turn(self) -> None:
+        if self._batch:
+            self._propose_publishes()
+
+    def _propose_publishes(self) -> None:
+        """One entry for the publishes batched so far. A callback rather than a future:
+        the PubAcks leave as the entry is applied (the publishers keep their own
+        deadlines)."""
+        msgs, self._batch, self._batch_bytes = self._batch, [], 0
+        node = self.group.node
+        if not self._leading or node is None:
+            return
+        entry: LogEntry = msgs[0] if len(msgs) == 1 else StoreBatch(msgs)
+        data = encode_entry(entry)
+        key = id(data)
+        done = functools.partial(self._acks, key, self.stream.config.no_ack)
+        try:
+            node.propose_with(data, done)
+        except RaftError:
+            return  # no leader to take it: the publishers hear nothing and retry
+        self._own[key] = (data, entry)
+
+    def _acks(self, key: int, no_ack: bool, outcome: Outcome) -> None:
+        """A batch's outcome: one PubAck per publish that asked for one, once applied."""
+        self._own.pop(key, None)
         if isinstance(outcome, BaseException):
             if not isinstance(outcome, NotLeader | ProposalDropped | NodeStopped):
                 log.warning("stream %s: proposal failed: %s", self.name, outcome)
             return
+        if no_ack:
+            return
         result = outcome.result
-        if isinstance(result, PubAck):
-            self.client.publish(reply, result.body())
+        if isinstance(result, list):
+            self.client.publish_answers([(a.reply, a.body()) for a in result if a.reply])
+        elif isinstance(result, PubAck) and result.reply:
+            self.client.publish(result.reply, result.body())
 
     # --- retention ---------------------------------------------------------------------------
 
@@ -397,6 +464,3 @@ class StreamReplica:
     def cluster_info(self) -> dict[str, Any]:
         return self.group.cluster_info()
 
-
-def _ignore(outcome: Outcome) -> None:
-    pass
