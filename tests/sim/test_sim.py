@@ -49,6 +49,10 @@ REGRESSIONS = [
     # though a snapshot install had crashed before its marker and the log still held
     # another history there (state machine safety).
     (70001461, 3, "durable"),
+    # The fault injector counted only running replicas' configurations: a removal held
+    # by replicas that were down went unseen, and two of the four voters left were
+    # damaged, more than a quorum repairs; no leader after healing (liveness).
+    (690, 5, "hash"),
 ]
 
 
@@ -140,3 +144,37 @@ def test_command_line_reports_failures(
     assert "replay: python -m jetraft.raft.sim --seed" in out
     assert out.strip().splitlines()[-1].startswith("seeds: ")
     assert " failed" in out and ", 0 failed" not in out
+
+
+def test_no_damage_while_a_down_replica_holds_a_removal() -> None:
+    """The fault injector keeps a quorum of every configuration undamaged. A replica that
+    is down still holds its configuration: here the one that removes n5, which only the
+    down replica has. Damaging a second replica would leave two damaged voters of four."""
+    from jetraft.raft.membership import ChangeKind, MembershipChange
+    from jetraft.raft.sim.world import World
+
+    w = World(1, SimConfig(nodes=5))
+
+    def settled() -> bool:  # a leader that committed an entry of its term
+        lead = w.leader()
+        core = w.nodes[lead].driver.core if lead else None  # type: ignore[union-attr]
+        return core is not None and core.log.term(core.log.committed) == core.term
+
+    for _ in range(5000):
+        if settled():
+            break
+        w.step()
+    lead = w.leader()
+    assert lead is not None and settled()
+    d = w.nodes[lead].driver
+    assert d is not None
+    victim = next(n for n in sorted(w.nodes) if n != lead)
+    others = [n for n in sorted(w.nodes) if n not in (lead, victim)]
+    w.faults.damaged.clear()
+    assert w.faults._may_damage(others[0])  # one damaged voter of five: repairable
+    w.faults.damaged[others[0]] = w.nodes[others[0]].incarnation
+    d.core.change_membership(MembershipChange(ChangeKind.REMOVE, victim))
+    w.nodes[lead].crash(w.disk_rng)  # down, with the removal in its last core
+    # The running replicas all still hold five voters (two damaged of five would be
+    # repairable), but the down leader holds four.
+    assert not w.faults._may_damage(others[1])

@@ -16,8 +16,10 @@ recovered may hold entries that were replaced later (the records saying so are l
 So it trusts only its snapshot as committed, moves to term repair_term + 1 at once
 (a leader of repair_term steps down on hearing it, and messages of its previous life,
 still in flight, carry older terms and are ignored), does not campaign, and votes only
-for candidates whose log ends in a term above repair_term (for nobody when it recovered
-nothing: a lost log tells no term). It reports the damage to the
+for candidates whose log ends in a term above repair_term, or whose log is at least as
+up to date as `acked_tail`, the end of its log before the damage as its log's
+hard-state records tell (for nobody when it recovered nothing: a lost log tells no
+term and no end). It reports the damage to the
 leader, which forgets what this follower acknowledged and sends its snapshot. The
 replica is whole again once its log holds an entry committed in a term above
 repair_term: the leader of that term held every committed entry of earlier terms,
@@ -78,6 +80,7 @@ class RaftCore:
         snapshot: Snapshot | None = None,
         entries: Sequence[Entry] = (),
         corrupt: bool = False,
+        acked_tail: tuple[int, int] | None = None,
         bootstrap_size: int = 0,
     ) -> None:
         """`peers` (voters, including this node) and `learners` are the bootstrap
@@ -103,6 +106,8 @@ class RaftCore:
         self.verified = 0  # our log matches this term's leader up to here (AppendEntries)
         # A corrupt replica may have acknowledged entries of terms up to this one.
         self.repair_term = 0
+        # A corrupt replica: (last index, last term) bounding every entry it acknowledged.
+        self.acked_tail = acked_tail if corrupt else None
         if corrupt:
             self.repair_term = max(hs.term, self.log.last_term)
             self.term, self.vote = self.repair_term + 1, ""
@@ -459,7 +464,12 @@ class RaftCore:
         # it) cannot tell which terms it acknowledged entries in: it votes for nobody
         # until repaired (else a candidate whose log ends in an old term could win with
         # its vote and lose what was committed with its lost acknowledgements).
-        safe = not self.corrupt or 0 < self.repair_term < m.last_term
+        # Or one at least as up to date as every log we acknowledged (acked_bound): it
+        # holds all we acknowledged that was committed, by Raft's own vote argument (a
+        # two-voter group with a damaged voter elects again: cluster sim seed 2806).
+        bound = self.acked_bound()
+        safe = (not self.corrupt or 0 < self.repair_term < m.last_term
+                or (bound is not None and (m.last_term, m.last_index) >= bound))
         # A replica that knows no configuration yet (it joined an existing group with an
         # empty log and waits for the leader to send the log) does not vote: a server
         # once removed from the group and now joining again would otherwise count as the
@@ -472,6 +482,15 @@ class RaftCore:
                 self.elapsed = 0
         else:
             self.msgs.append(VoteResponse(self.term, self.id, m.frm, False, m.pre_vote))
+
+    def acked_bound(self) -> tuple[int, int] | None:
+        """Damaged: (term, index) at or above the end of every log it acknowledged, before
+        the damage (acked_tail) and since (its log; entries a leader replaced since were
+        never committed). None: not known."""
+        if self.acked_tail is None:
+            return None
+        return max((self.acked_tail[1], self.acked_tail[0]),
+                   (self.log.last_term, self.log.last_index))
 
     # ------------------------------------------------------------------ leader API
     def _append(self, kind: EntryKind, data: bytes) -> int:

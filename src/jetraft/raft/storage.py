@@ -48,6 +48,9 @@ class RecoveredState(Protocol):
     @property
     def corrupt(self) -> str | None: ...
 
+    @property
+    def acked_tail(self) -> tuple[int, int] | None: ...
+
 
 def persist_ready(wal: LogStore, rd: Ready, *, snapshot: bool = True) -> None:
     """Buffer (or, for a snapshot, durably write) what rd asks to persist. The snapshot
@@ -83,6 +86,7 @@ def core_from_recovered(
         snapshot=recovered.snapshot,
         entries=recovered.entries,
         corrupt=recovered.corrupt is not None,
+        acked_tail=recovered.acked_tail,
         bootstrap_size=bootstrap_size,
     )
 

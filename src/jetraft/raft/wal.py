@@ -15,6 +15,10 @@ Files in the group's directory:
 * ``CORRUPT``: present once corruption was found, with its description; every later open
   reports it again until ``clear_corruption()``, so a restart cannot forget that this
   replica may have lost entries it acknowledged.
+* ``ACKED``: with ``CORRUPT``, the furthest end of the log (last index and term) that a
+  hard-state record named, read from behind the damage (``Recovered.acked_tail``): it
+  bounds what this replica acknowledged before the damage and since. Kept as the
+  largest seen, until ``clear_corruption()``: the log written after a repair ends lower.
 * ``*.corrupt``: damaged files moved aside, never deleted.
 
 Nothing is rewritten in place: a raft conflict is an entry record whose index is at or below
@@ -67,12 +71,16 @@ class Recovered:
     snapshot: Snapshot | None  # latest durable snapshot
     entries: list[Entry]  # entries after the snapshot, contiguous, in order
     corrupt: str | None  # None, or a description of mid-log corruption (file, offset, reason)
+    # With `corrupt`: (last index, last term) bounding every entry this replica ever
+    # acknowledged (see ACKED), or None when no record tells.
+    acked_tail: tuple[int, int] | None = None
     # How this replica started (set_bootstrap): the group's first voters, () for a replica
     # that joined an existing group; None if never recorded.
     bootstrap: tuple[str, ...] | None = None
 
 
 BOOTSTRAP_FILE = "BOOTSTRAP"
+ACKED_FILE = "ACKED"
 
 
 class Wal:
@@ -93,6 +101,7 @@ class Wal:
         "_segment_bytes",
         "_segments",
         "_snap_names",
+        "_tail_written",
     )
 
     def __init__(self, disk: Disk, dirname: str, segment_bytes: int) -> None:
@@ -113,6 +122,7 @@ class Wal:
         self._runs: list[tuple[int, int]] = []  # (first index, term) of each term in (base, last]
         self._hs = HardState()
         self._hs_written = HardState()
+        self._tail_written = (0, 0)  # (last index, last term) of the log as durable
         self._snap_names: list[str] = []
         self._failed: str | None = None
 
@@ -133,7 +143,7 @@ class Wal:
         disk.makedirs(dirname)
         found = scan(disk, dirname)
         try:
-            wal._install(found)
+            acked = wal._install(found)
         except BaseException:
             wal._drop_handle()
             raise
@@ -144,8 +154,28 @@ class Wal:
             snapshot=found.snapshot,
             entries=found.entries,
             corrupt="; ".join(problems) if problems else None,
+            acked_tail=acked,
             bootstrap=wal._read_bootstrap(),
         )
+
+    def _keep_acked_tail(
+        self, tail: tuple[int, int] | None, earlier: bool
+    ) -> tuple[int, int] | None:
+        """The ACKED tail, raised to `tail` (the newest hard-state record's) if higher in
+        raft's order (term first). Damage found earlier with no ACKED kept then (a log
+        written before ACKED existed): the records since name only the repaired log's
+        end, which may be lower than what was acknowledged, so nothing is known."""
+        path = self._path(ACKED_FILE)
+        kept: tuple[int, int] | None = None
+        if self._disk.exists(path):
+            index, term = self._disk.read(path).decode().split()
+            kept = (int(index), int(term))
+        elif earlier:
+            return None
+        if tail is not None and (kept is None or (tail[1], tail[0]) > (kept[1], kept[0])):
+            self._disk.write_atomic(path, f"{tail[0]} {tail[1]}".encode())
+            kept = tail
+        return kept
 
     def set_bootstrap(self, voters: tuple[str, ...]) -> None:
         """Record durably how this replica starts, before it takes part in anything: as
@@ -162,17 +192,26 @@ class Wal:
         text = self._disk.read(path).decode()
         return tuple(v for v in text.split(",") if v)
 
-    def _install(self, found: Scan) -> None:
+    def _install(self, found: Scan) -> tuple[int, int] | None:
+        """Carry out the plan of ``found``; returns the acknowledged tail (see ACKED)."""
         disk, d = self._disk, self._dir
         for name in found.stale:
             disk.remove(self._path(name))
         known = found.prior_problems.splitlines()
         fresh = [p for p in found.problems if p not in known]
+        acked = None
+        if known or fresh:  # before any repair, whose records name a lower end
+            acked = self._keep_acked_tail(found.tail, bool(known))
         if fresh:  # before any repair: a crash during the repair must not forget the damage
             disk.write_atomic(self._path(CORRUPT_MARKER), "\n".join(known + fresh).encode())
         self._segments = found.segments
         self._next_seq = found.next_seq
         self._hs = self._hs_written = found.hard_state
+        snap = found.snapshot
+        if found.entries:
+            self._tail_written = (found.entries[-1].index, found.entries[-1].term)
+        elif snap is not None:
+            self._tail_written = (snap.meta.index, snap.meta.term)
         if found.bad_segment is not None:
             self._replace_damaged(found.bad_segment, found.bad_offset)
         if found.move_aside:
@@ -191,7 +230,7 @@ class Wal:
             # A segment created by a process that died before its first write must begin
             # with the hard state (compacting older segments would lose it); and the log
             # must end with its two copies again after a torn tail was cut (see sync).
-            hs = encode_hard_state(self._hs)
+            hs = encode_hard_state(self._hs, self._tail_written)
             self._active.write(hs + hs)
             # What we just read may sit only in the page cache (the previous process died
             # between write and fsync, or between a rename and its directory fsync): make it
@@ -199,7 +238,6 @@ class Wal:
             # one was created.
             self._active.sync()
         disk.sync_dir(d)
-        snap = found.snapshot
         if snap is not None:
             self._base, self._base_term = snap.meta.index, snap.meta.term
             self._snap_names = [snapshot_name(snap.meta.index)]
@@ -216,6 +254,7 @@ class Wal:
             truncate_segments(self._segments, cut)
             self._parts.append(encode_truncate(cut))
             self.sync()
+        return acked
 
     def _replace_damaged(self, bad: Segment, good_bytes: int) -> None:
         """Copy the good prefix of a damaged segment into a new last segment (the damaged
@@ -225,7 +264,7 @@ class Wal:
         self._next_seq += 1
         f = self._disk.open_append(self._path(seg.name))
         self._active = f
-        hs = encode_hard_state(self._hs)
+        hs = encode_hard_state(self._hs, self._tail_written)
         f.write(good + hs + hs)
         f.sync()
         self._disk.sync_dir(self._dir)
@@ -302,12 +341,13 @@ class Wal:
                 f = self._rotate()
                 # Every segment begins with the last durable hard state, so removing older
                 # segments never loses it; the new one (if any) follows the entries below.
-                self._parts.insert(0, encode_hard_state(self._hs_written))
+                self._parts.insert(0, encode_hard_state(self._hs_written, self._tail_written))
             assert f is not None
             # Every batch ends with the hard state, twice: the newest record of the log
             # is then always a copy of it, so a bad newest record (a torn write, or a
             # durable one damaged later) loses neither an entry nor the vote.
-            hs = encode_hard_state(self._hs)
+            tail = (self._last, self._term_at(self._last))
+            hs = encode_hard_state(self._hs, tail)
             self._parts.append(hs)
             self._parts.append(hs)
             f.write(b"".join(self._parts))
@@ -326,6 +366,7 @@ class Wal:
         self._parts.clear()
         self._marks.clear()
         self._hs_written = self._hs
+        self._tail_written = tail
 
     def _rotate(self) -> AppendFile:
         if self._active is not None:
@@ -444,6 +485,10 @@ class Wal:
         path = self._path(CORRUPT_MARKER)
         if self._disk.exists(path):
             self._disk.remove(path)
+            self._disk.sync_dir(self._dir)
+        acked = self._path(ACKED_FILE)
+        if self._disk.exists(acked):  # after the marker: ACKED alone means nothing
+            self._disk.remove(acked)
             self._disk.sync_dir(self._dir)
 
     def close(self) -> None:

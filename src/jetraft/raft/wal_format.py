@@ -12,7 +12,9 @@ Log record (little endian)::
 The checksum sits at the end so that a write torn anywhere fails it. Payloads:
 
     ENTRY       term u64, index u64, kind u8, data
-    HARD_STATE  term u64, commit u64, vote length u16, vote (utf-8)
+    HARD_STATE  term u64, commit u64, vote length u16, vote (utf-8), then (optional,
+                absent in older logs) last index u64 and last term u64: where the log
+                ended when this hard state was written (see HardStateRecord)
     TRUNCATE    last u64: the log ends at ``last``; entries above it are gone
 
 Snapshot file: magic b"JRSNAP01", crc32 u32 over everything after it, then index u64,
@@ -41,6 +43,7 @@ _CRC = struct.Struct("<I")
 _ENTRY_FIXED = struct.Struct("<QQB")
 _ENTRY_PRE = struct.Struct("<2sBBIQQB")  # head + fixed entry fields, packed in one call
 _HS_FIXED = struct.Struct("<QQH")
+_HS_TAIL = struct.Struct("<QQ")
 _TRUNC = struct.Struct("<Q")
 RECORD_OVERHEAD = HEAD_BYTES + CRC_BYTES
 ENTRY_OVERHEAD = RECORD_OVERHEAD + _ENTRY_FIXED.size
@@ -70,20 +73,35 @@ def encode_entry(e: Entry) -> bytes:
     return b"".join(parts)
 
 
-def encode_hard_state(hs: HardState) -> bytes:
+def encode_hard_state(hs: HardState, tail: tuple[int, int] | None = None) -> bytes:
+    """``tail``: (last index, last term) of the log once this record is durable."""
     vote = hs.vote.encode()
-    return _record(REC_HARD_STATE, _HS_FIXED.pack(hs.term, hs.commit, len(vote)) + vote)
+    payload = _HS_FIXED.pack(hs.term, hs.commit, len(vote)) + vote
+    if tail is not None:
+        payload += _HS_TAIL.pack(*tail)
+    return _record(REC_HARD_STATE, payload)
 
 
 def encode_truncate(last_index: int) -> bytes:
     return _record(REC_TRUNCATE, _TRUNC.pack(last_index))
 
 
+class HardStateRecord(NamedTuple):
+    """A hard state with the end of the log, (last index, last term), as it was when the
+    record was written. Every batch of entries ends with such a record, and a replica
+    acknowledges entries only once their batch is durable, so the newest record bounds
+    everything the replica ever acknowledged: what a damaged replica still knows after
+    losing entries (core.py, acked_tail). None in records of older logs."""
+
+    hs: HardState
+    tail: tuple[int, int] | None
+
+
 class Record(NamedTuple):
     rtype: int
     start: int  # offset of the record in its file
     end: int  # offset just past it
-    value: Entry | HardState | int  # int: the last index of a TRUNCATE record
+    value: Entry | HardStateRecord | int  # int: the last index of a TRUNCATE record
 
 
 _KINDS = {k.value: k for k in EntryKind}
@@ -124,7 +142,9 @@ def decode_at(data: bytes, pos: int, view: memoryview | None = None) -> Record |
     return Record(rtype, pos, body_end + CRC_BYTES, value)
 
 
-def _decode_payload(rtype: int, data: bytes, start: int, end: int) -> HardState | int | str:
+def _decode_payload(
+    rtype: int, data: bytes, start: int, end: int
+) -> HardStateRecord | int | str:
     length = end - start
     if rtype == REC_ENTRY:
         return "short entry record"
@@ -132,13 +152,17 @@ def _decode_payload(rtype: int, data: bytes, start: int, end: int) -> HardState 
         if length < _HS_FIXED.size:
             return "short hard-state record"
         term, commit, vlen = _HS_FIXED.unpack_from(data, start)
-        if _HS_FIXED.size + vlen != length:
+        vote_end = start + _HS_FIXED.size + vlen
+        tail: tuple[int, int] | None = None
+        if vote_end + _HS_TAIL.size == end:
+            tail = _HS_TAIL.unpack_from(data, vote_end)
+        elif vote_end != end:
             return "hard-state record length mismatch"
         try:
-            vote = data[start + _HS_FIXED.size : end].decode()
+            vote = data[start + _HS_FIXED.size : vote_end].decode()
         except UnicodeDecodeError:
             return "hard-state vote is not utf-8"
-        return HardState(term=term, vote=vote, commit=commit)
+        return HardStateRecord(HardState(term=term, vote=vote, commit=commit), tail)
     if rtype != REC_TRUNCATE:
         return f"unknown record type {rtype}"
     if length != _TRUNC.size:

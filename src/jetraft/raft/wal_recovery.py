@@ -35,6 +35,7 @@ from jetraft.raft.types import Entry, HardState, Snapshot
 from jetraft.raft.wal_format import (
     REC_ENTRY,
     REC_HARD_STATE,
+    HardStateRecord,
     Record,
     decode_at,
     decode_snapshot,
@@ -93,6 +94,9 @@ class Scan:
     snapshot: Snapshot | None
     entries: list[Entry]
     problems: list[str]  # corruption found now
+    # The end of the log, (last index, last term), that the newest hard-state record
+    # names, read from behind any damage too (None: no record names one).
+    tail: tuple[int, int] | None
     prior_problems: str  # the content of an existing CORRUPT marker ("" if none)
     segments: list[Segment]  # segments that stay, oldest first (ranges as recovered)
     next_seq: int
@@ -120,6 +124,7 @@ class _Replay:
         self.last = 0
         self.base_term: int | None = None  # term of the entry at index `base`, if present
         self.hard_state = HardState()
+        self.tail: tuple[int, int] | None = None
         self.segments: list[Segment] = []
 
     def apply(self, rec: Record, seg: Segment) -> None:
@@ -138,8 +143,8 @@ class _Replay:
                 seg.lo = i
             seg.hi = i
         elif rec.rtype == REC_HARD_STATE:
-            assert isinstance(value, HardState)
-            self.hard_state = value
+            assert isinstance(value, HardStateRecord)
+            self.hard_state, self.tail = value
         else:
             assert isinstance(value, int)
             if value < self.last:
@@ -178,6 +183,7 @@ def scan(disk: Disk, dirname: str) -> Scan:
         snapshot=snapshot,
         entries=[],
         problems=problems,
+        tail=None,
         prior_problems=prior,
         segments=replay.segments,
         next_seq=next_seq,
@@ -196,11 +202,11 @@ def scan(disk: Disk, dirname: str) -> Scan:
             for _, later in seg_names[k + 1 :]:
                 hs = _last_hard_state(disk.read(os.path.join(dirname, later)), 0) or hs
             if hs is not None:
-                replay.hard_state = hs
+                replay.hard_state, replay.tail = hs
             result.move_aside.extend(n for _, n in seg_names[k:])
             del replay.segments[k:]
             break
-    result.hard_state = replay.hard_state
+    result.hard_state, result.tail = replay.hard_state, replay.tail
     result.last_written = replay.last
     result.entries, result.diverged = _final_entries(replay, snapshot, problems)
     return result
@@ -231,9 +237,9 @@ def _replay_segment(replay: _Replay, seg: Segment, data: bytes, last: bool, out:
     return True
 
 
-def _last_hard_state(data: bytes, pos: int) -> HardState | None:
+def _last_hard_state(data: bytes, pos: int) -> HardStateRecord | None:
     """The last valid hard-state record at or after ``pos``, skipping over bad bytes."""
-    found: HardState | None = None
+    found: HardStateRecord | None = None
     while True:
         rec = decode_at(data, pos)
         if isinstance(rec, str):
@@ -243,7 +249,7 @@ def _last_hard_state(data: bytes, pos: int) -> HardState | None:
             pos = nxt
             continue
         if rec.rtype == REC_HARD_STATE:
-            assert isinstance(rec.value, HardState)
+            assert isinstance(rec.value, HardStateRecord)
             found = rec.value
         pos = rec.end
 

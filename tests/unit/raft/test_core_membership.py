@@ -134,6 +134,40 @@ def test_damaged_replica_moves_to_a_new_term_and_votes_carefully() -> None:
     assert rd.hard_state == HardState(5, "a", 0)
 
 
+def test_damaged_replica_votes_for_logs_as_up_to_date_as_what_it_acknowledged() -> None:
+    """Cluster simulator seed 2806: c (hard state of term 2) lost entries 67 onwards, all
+    of term 1; its log's hard-state records say it ended at 85, term 1, when damaged. In
+    a two-voter configuration {a, c} it must elect a, whose log ends at 85 in term 1
+    too, or no one is ever elected. A shorter log may lack what c acknowledged."""
+    ents = [Entry(1, i, EntryKind.NORMAL, b"x") for i in range(1, 67)]
+    core = RaftCore("c", RaftConfig(), random.Random(1), peers=("a", "c"),
+                    hard_state=HardState(2, "", 60), entries=ents, corrupt=True,
+                    acked_tail=(85, 1))
+    assert core.repair_term == 2 and core.term == 3
+    core.step(VoteRequest(4, "b", "c", 84, 1))  # one short of what c acknowledged
+    core.step(VoteRequest(5, "a", "c", 85, 1))
+    rd = core.ready()
+    votes = [m for m in rd.messages if isinstance(m, VoteResponse)]
+    assert [(v.to, v.granted) for v in votes] == [("b", False), ("a", True)]
+    assert rd.hard_state == HardState(5, "a", 0)
+    assert core.role is Role.FOLLOWER  # it still never campaigns
+
+
+def test_damaged_replica_counts_what_it_acknowledged_since_the_damage() -> None:
+    """Its log grew past the end it had before the damage (entries it acknowledged as
+    the leader repaired it): candidates must hold those too (cluster simulator seed
+    20: its checker saw a replica lacking a committed entry that could be elected)."""
+    ents = [Entry(1, i, EntryKind.NORMAL, b"x") for i in range(1, 7)]
+    ents.append(Entry(2, 7, EntryKind.NOOP, b""))
+    core = RaftCore("c", RaftConfig(), random.Random(1), peers=("a", "b", "c"),
+                    hard_state=HardState(2, "", 0), entries=ents, corrupt=True,
+                    acked_tail=(6, 1))
+    core.step(VoteRequest(4, "a", "c", 6, 1))
+    core.step(VoteRequest(5, "b", "c", 7, 2))
+    votes = [m for m in core.ready().messages if isinstance(m, VoteResponse)]
+    assert [(v.to, v.granted) for v in votes] == [("a", False), ("b", True)]
+
+
 def test_a_voter_with_a_stale_configuration_still_hears_new_voters() -> None:
     """Found by the simulator (seed 70000818): c missed the entries that added and
     promoted d; with the leader gone, d (holding the newest log) must get c's vote."""

@@ -12,7 +12,8 @@ from tests.unit.raft.test_wal import Env, ents, env, reopen, snap
 
 __all__ = ["env"]  # the fixture, parametrized over MemDisk and OsDisk
 
-HEAD = len(encode_hard_state(HardState()))  # every segment starts with the hard state
+# Every segment starts with the hard state (with the end of the log: empty at first).
+HEAD = len(encode_hard_state(HardState(), (0, 0)))
 
 
 def offset_of(entries: list[Entry], index: int) -> int:
@@ -28,7 +29,7 @@ def test_torn_tail_is_cut_silently(env: Env) -> None:
     wal.close()
     (seg,) = env.segments()
     good = env.disk.read(env.path(seg))
-    hs = encode_hard_state(HardState(1, "a", 8))
+    hs = encode_hard_state(HardState(1, "a", 8), (10, 1))
     half_record = encode_entry(ents(11, 11)[0])[:30]
     for tail in (half_record, b"\x00" * 100, encode_entry(ents(11, 11)[0])[:-1]):
         env.append_raw(seg, tail)
@@ -236,7 +237,7 @@ def test_damage_to_the_newest_record_loses_nothing() -> None:
         wal.close()
         (seg,) = [n for n in disk.list("/g") if n.startswith("seg-")]
         size = disk.size(f"/g/{seg}")
-        hs_len = len(encode_hard_state(HardState(2, "b", 3)))
+        hs_len = len(encode_hard_state(HardState(2, "b", 3), (8, 1)))
         for offset in range(size - hs_len, size):
             copy = MemDisk()
             copy.makedirs("/g")
@@ -251,3 +252,49 @@ def test_damage_to_the_newest_record_loses_nothing() -> None:
                 assert rec.entries == ents(1, 8) and rec.hard_state == HardState(1, "a", 3)
             else:
                 assert rec.entries == ents(1, 5) and rec.hard_state == HardState(2, "b", 3)
+
+
+def test_corruption_keeps_the_end_of_the_log_the_replica_acknowledged(env: Env) -> None:
+    """Entries after the damage are lost, but the hard-state records (read from behind
+    it) say where the log ended: the bound on what this replica acknowledged, which its
+    vote rule needs. Repairs and restarts keep it until the corruption is cleared."""
+    wal, _ = env.open()
+    wal.append(ents(1, 20))
+    wal.set_hard_state(HardState(1, "a", 15))
+    wal.sync()
+    wal.append(ents(21, 30, term=2))
+    wal.sync()
+    wal.close()
+    (seg,) = env.segments()
+    env.flip(seg, offset_of(ents(1, 20), 8) + 20)  # inside entry 8
+    wal, rec = env.open()
+    assert rec.corrupt is not None and rec.entries == ents(1, 7)
+    assert rec.acked_tail == (30, 2)
+    wal.append(ents(8, 9, term=2))  # repaired in part: the records now end lower
+    wal.sync()
+    wal.close()
+    wal, rec = env.open()
+    assert rec.corrupt is not None and rec.acked_tail == (30, 2)
+    wal.append(ents(10, 40, term=3))  # past what it acknowledged then: raised
+    wal.sync()
+    wal.close()
+    wal, rec = env.open()
+    assert rec.acked_tail == (40, 3)
+    wal.clear_corruption()
+    wal.close()
+    wal, rec = env.open()
+    assert rec.corrupt is None and rec.acked_tail is None
+    wal.close()
+
+
+def test_damage_reported_before_the_end_was_kept_tells_no_end(env: Env) -> None:
+    """A CORRUPT marker without ACKED (damage found by a version that kept no end): the
+    records written since name the repaired log's end, maybe below what was
+    acknowledged, so no end is claimed."""
+    wal, _ = env.open()
+    wal.append(ents(1, 10))
+    wal.sync()
+    wal.mark_corrupt("damage found earlier")
+    wal.close()
+    _wal, rec = env.open()
+    assert rec.corrupt == "damage found earlier" and rec.acked_tail is None

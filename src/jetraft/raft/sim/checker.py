@@ -189,8 +189,14 @@ class Checker:
             granted = 0
             for vid in x.voters:
                 v = by_id.get(vid)
-                if v is None or x.id not in v.voters or v.damaged:
-                    continue  # gone, ignores our requests, or its log is not to be trusted
+                if v is None or x.id not in v.voters:
+                    continue  # gone, or ignores our requests
+                bound = v.acked_bound
+                if v.corrupt and bound is not None and mine >= bound:
+                    granted += 1  # the damaged voter's rule for the end it acknowledged
+                    continue
+                if v.damaged:
+                    continue  # its log is not to be trusted
                 if v.corrupt and (mine[0] <= v.repair_term or not v.repair_term):
                     continue  # a damaged voter's rule (a lost log votes for nobody)
                 if v is x or mine >= (v.vote_last_term, v.vote_last_index):
@@ -203,7 +209,8 @@ class Checker:
 
 
 class _View:
-    __slots__ = ("cand_last_index", "cand_last_term", "corrupt", "damaged", "has_c", "id",
+    __slots__ = ("acked_bound", "cand_last_index", "cand_last_term", "corrupt", "damaged",
+                 "has_c", "id",
                  "promotable", "repair_term", "vote_last_index", "vote_last_term", "voters")
 
     def __init__(self, nid: str, core: RaftCore, durable: int | None, c: int, cterm: int,
@@ -213,6 +220,7 @@ class _View:
         self.voters = core.membership.voters
         self.corrupt = core.corrupt
         self.repair_term = core.repair_term
+        self.acked_bound = core.acked_bound()
         self.damaged = damaged
         self.promotable = nid in self.voters and not core.corrupt and not damaged
         self.vote_last_index, self.vote_last_term = log.last_index, log.last_term

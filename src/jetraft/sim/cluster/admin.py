@@ -5,7 +5,7 @@ makes them, returning the meta entries to propose (in order) instead of proposin
   servers the leader sees online, a new group name;
 * update a stream (config, scaling): the current peers kept, the stream's leader (as the
   meta leader's own replica knows it) first (its consumers follow in MetaState.apply);
-* peer removal: the peer is replaced by placement (or dropped when none qualifies), then
+* peer removal: the peer is replaced by placement (refused when none qualifies), then
   each consumer replica on it moves to the replacement (a no-op since MetaState.apply
   moves them with the stream);
 * delete a stream; create a consumer on the stream's servers, the stream's leader first.
@@ -105,12 +105,12 @@ def peer_remove(leader: SimServer, name: str, peer: str, rng: random.Random
     if peer not in sa.peers:
         raise Refused("peer not a member")
     rest = tuple(p for p in sa.peers if p != peer)
+    # No server to take the peer's place: refused (10075 "peer remap failed"), as the
+    # server and nats-server do, rather than leaving the stream short of replicas.
     try:
         peers = _place(leader, sa.config, rng, existing=rest, exclude=(peer,))
     except Refused:
-        if not rest:
-            raise Refused("peer remap failed") from None
-        peers = list(rest)
+        raise Refused("peer remap failed") from None
     new = StreamAssignment(sa.account, sa.config, sa.group, tuple(peers), sa.created_ns)
     out: list[MetaEntry] = [AssignStream(new, update=_update_flag(leader))]
     added = [p for p in new.peers if p not in sa.peers]
