@@ -73,6 +73,7 @@ FIX_SEEDS: dict[str, tuple[int, int]] = {
     "durable_destroy": (120, 3),
     "leave_only_when_removed": (216, 5),
     "delivery_refused_requeued": (290, 5),
+    "snapshot_placements_known": (366, 5),
 }
 
 

@@ -37,6 +37,9 @@ class StreamAssignment(msgspec.Struct, frozen=True, array_like=True):
     # replica that replays the group's log from its first entry must start with it, as
     # the entries before an UpdateConfig were applied under it.
     initial_config: StreamConfig | None = None
+    # The meta log index at which each of `peers` was placed (set by apply; () in
+    # assignments proposed, and in snapshots written before it existed). See `placed_at`.
+    placed: tuple[int, ...] = ()
 
     @property
     def first_config(self) -> StreamConfig:
@@ -56,6 +59,7 @@ class ConsumerAssignment(msgspec.Struct, frozen=True, array_like=True):
     group: str
     peers: tuple[str, ...]
     created_ns: int
+    placed: tuple[int, ...] = ()  # as StreamAssignment.placed
 
 
 class AssignStream(msgspec.Struct, frozen=True, tag="sa", array_like=True):
@@ -98,6 +102,31 @@ def decode_entry(blob: bytes) -> MetaEntry:
 
 StreamKey = tuple[str, str]  # (account, stream)
 ConsumerKey = tuple[str, str, str]  # (account, stream, consumer)
+Assignment = StreamAssignment | ConsumerAssignment
+
+
+def placed_at(a: Assignment, server: str) -> int:
+    """The meta log index of the entry that placed `server` in this assignment (0: not
+    known, for a state restored from a snapshot older than the record). A server tells
+    by it whether it carried out its placement before a restart, which an assignment
+    that reaches it in a snapshot does not say otherwise."""
+    if server in a.peers and len(a.placed) == len(a.peers):
+        return a.placed[a.peers.index(server)]
+    return 0
+
+
+def joined_late(a: Assignment, server: str) -> bool:
+    """Whether `server` was placed after the group began (a scale-up or a replacement):
+    its replica joins the existing group rather than starting it."""
+    mine = placed_at(a, server)
+    return mine > 0 and mine > min(a.placed)
+
+
+def _placed(old: Assignment | None, peers: tuple[str, ...], index: int) -> tuple[int, ...]:
+    """The placement indexes of `peers`: kept for those `old` already had (0 stays 0:
+    not known, so taken as carried out), `index` for the others."""
+    return tuple(placed_at(old, p) if old is not None and p in old.peers else index
+                 for p in peers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +147,30 @@ class ConsumerChanged:
 
 
 Change = StreamChanged | ConsumerChanged
+
+
+def carried_out(change: Change, index: int | None, done: int, server: str) -> bool:
+    """Whether `server`, which carried out the meta log's changes up to index `done`
+    before it started, had carried out `change`, applied from the entry at `index` or
+    (None) from a snapshot. A snapshot (its own, or one its leader sent because it fell
+    behind) may hold placements made while the server was down: the index that placed
+    it tells (taking them as carried out started their replicas as ones that lost their
+    logs, voting for nobody: cluster simulator seed 366)."""
+    if index is not None:
+        return index <= done
+    new = change.new
+    if new is None or server not in new.peers:
+        return True
+    return placed_at(new, server) <= done
+
+
+def joins_group(change: Change, server: str) -> bool:
+    """Whether `server`'s new replica joins an existing group (its leader adds it) rather
+    than starting the group. A snapshot's change has no previous assignment to compare
+    with: the placement indexes tell."""
+    if change.old is not None:
+        return server not in change.old.peers
+    return change.new is not None and joined_late(change.new, server)
 
 
 class _Snapshot(msgspec.Struct, array_like=True):
@@ -145,7 +198,9 @@ class MetaState:
         self.streams: dict[StreamKey, StreamAssignment] = {}
         self.consumers: dict[ConsumerKey, ConsumerAssignment] = {}
 
-    def apply(self, entry: MetaEntry) -> list[Change]:
+    def apply(self, entry: MetaEntry, index: int = 0) -> list[Change]:
+        """Apply the meta log's entry at `index`, which the assignments it places servers
+        in record (`placed`; 0 records nothing)."""
         if isinstance(entry, AssignStream):
             sa = entry.sa
             key = (sa.account, sa.name)
@@ -156,8 +211,11 @@ class MetaState:
                 first = old.first_config
                 if first != sa.config:
                     sa = msgspec.structs.replace(sa, initial_config=first)
+            if index:
+                same = old if old is not None and old.group == sa.group else None
+                sa = msgspec.structs.replace(sa, placed=_placed(same, sa.peers, index))
             self.streams[key] = sa
-            moved = self._follow(old, sa) if old is not None else []
+            moved = self._follow(old, sa, index) if old is not None else []
             return [StreamChanged(key, old, sa), *moved]
         if isinstance(entry, RemoveStream):
             key = (entry.account, entry.name)
@@ -181,13 +239,17 @@ class MetaState:
                 ca = msgspec.structs.replace(ca, peers=peers)
             ckey = (ca.account, ca.stream, ca.name)
             prev = self.consumers.get(ckey)
+            if index:
+                kept = prev if prev is not None and prev.group == ca.group else None
+                ca = msgspec.structs.replace(ca, placed=_placed(kept, ca.peers, index))
             self.consumers[ckey] = ca
             return [ConsumerChanged(ckey, prev, ca)]
         ckey = (entry.account, entry.stream, entry.name)
         gone = self.consumers.pop(ckey, None)
         return [ConsumerChanged(ckey, gone, None)] if gone is not None else []
 
-    def _follow(self, old: StreamAssignment, new: StreamAssignment) -> list[Change]:
+    def _follow(self, old: StreamAssignment, new: StreamAssignment,
+                index: int) -> list[Change]:
         """A stream's consumers live on its servers: when its servers change (peer
         removal, scaling), each consumer drops the servers that no longer hold the stream
         and takes the stream's new ones (those added first), up to its count: the stream's
@@ -205,6 +267,8 @@ class MetaState:
             if peers == ca.peers:
                 continue
             moved = msgspec.structs.replace(ca, peers=peers)
+            if index:
+                moved = msgspec.structs.replace(moved, placed=_placed(ca, peers, index))
             ckey = (ca.account, ca.stream, ca.name)
             self.consumers[ckey] = moved
             changes.append(ConsumerChanged(ckey, ca, moved))

@@ -15,8 +15,12 @@ from jetraft.jetstream.meta import (
     RemoveStream,
     StreamAssignment,
     StreamChanged,
+    carried_out,
     decode_entry,
     encode_entry,
+    joined_late,
+    joins_group,
+    placed_at,
 )
 from jetraft.jetstream.stream_config import StreamConfig
 
@@ -146,3 +150,46 @@ def test_a_consumer_planned_on_servers_its_stream_left_is_placed_on_the_stream()
     changes = state.apply(AssignConsumer(cap("A", "c", ("n1", "n2", "n3"))))
     assert state.consumers[("$G", "A", "c")].peers == ("n2", "n3")
     assert changes[0].new == state.consumers[("$G", "A", "c")]
+
+
+def test_placements_record_the_index_that_placed_each_server() -> None:
+    """A server that receives the meta state in a snapshot tells by these indexes which
+    placements it carried out before it stopped and which were made while it was down."""
+    state = MetaState()
+    key = ("$G", "A")
+    state.apply(AssignStream(sa("A")), 10)
+    state.apply(AssignConsumer(ca("A", "c")), 11)
+    first = state.streams[key]
+    assert [placed_at(first, p) for p in first.peers] == [10, 10, 10]
+    assert not joined_late(first, "n2")
+    # n3 is replaced by n4 (peer removal) at 20: n4 joins the existing group; the
+    # consumer follows its stream at the same index.
+    state.apply(AssignStream(sa("A", ("n1", "n2", "n4")), update=True), 20)
+    moved = state.streams[key]
+    assert [placed_at(moved, p) for p in moved.peers] == [10, 10, 20]
+    assert joined_late(moved, "n4") and not joined_late(moved, "n1")
+    consumer = state.consumers[("$G", "A", "c")]
+    assert placed_at(consumer, "n4") == 20 and placed_at(consumer, "n1") == 11
+    # Carried out up to 15: on a snapshot, the n4 placement is new to n4, the n1 one not.
+    snap = MetaState()
+    changes = {(type(c).__name__, c.key): c for c in snap.restore(state.snapshot())}
+    change = changes[("StreamChanged", key)]
+    assert carried_out(change, None, 15, "n1") and not carried_out(change, None, 15, "n4")
+    assert carried_out(change, None, 20, "n4")
+    assert joins_group(change, "n4") and not joins_group(change, "n1")
+    # From an entry, the entry's index decides, as before.
+    assert not carried_out(change, 16, 15, "n1") and carried_out(change, 15, 15, "n4")
+
+
+def test_placements_without_a_record_count_as_carried_out() -> None:
+    """A snapshot written before placements were recorded, or an assignment kept from one:
+    nothing tells, so the replica is taken as one this server had made (if its log is
+    gone, it lost it), never as a fresh one."""
+    old = sa("A")  # placed == ()
+    change = StreamChanged(("$G", "A"), None, old)
+    assert carried_out(change, None, 0, "n1") and not joins_group(change, "n1")
+    state = MetaState()
+    state.streams[("$G", "A")] = old
+    state.apply(AssignStream(sa("A", ("n1", "n2", "n4")), update=True), 30)
+    moved = state.streams[("$G", "A")]
+    assert [placed_at(moved, p) for p in moved.peers] == [0, 0, 30]

@@ -127,5 +127,13 @@ FIXES: dict[str, str] = {
         "refusal, its cursor already past the message, and a leader whose transfer "
         "expired kept leading without ever delivering it again (seed 290, 5 servers: "
         "delivered 48 of 50, for good)"),
+    "snapshot_placements_known": (
+        "a server tells whether it carried out a placement that reaches it in a meta "
+        "snapshot (its own on restart, or one its leader sent because it fell behind) by "
+        "the meta index that placed it (StreamAssignment.placed), and whether its replica "
+        "joins an existing group the same way; the server took every snapshot placement "
+        "as carried out, so a replica placed while it was down started as one that lost "
+        "its log and voted for nobody (seed 366, 5 servers: a consumer group with its "
+        "third replica damaged elected no one, for good)"),
 }
 ALL_FIXES = frozenset(FIXES)

@@ -78,7 +78,7 @@ class MetaMachine:
         return self._digest
 
     def apply(self, entry: Entry) -> object:
-        changes = self.state.apply(decode_meta_entry(entry.data))
+        changes = self.state.apply(decode_meta_entry(entry.data), entry.index)
         self._index = entry.index
         self._digest = _fold(self._digest, entry.index, self.state.snapshot())
         if changes:

@@ -30,6 +30,8 @@ from jetraft.jetstream.meta import (
     ConsumerChanged,
     StreamAssignment,
     StreamChanged,
+    carried_out,
+    joins_group,
 )
 from jetraft.raft.disk import MemDisk
 from jetraft.raft.driver import State
@@ -187,10 +189,19 @@ class SimServer:
         return self.meta
 
     def _meta_changed(self, changes: list[Change], index: int | None) -> None:
-        replay = index is None or index <= self.meta_recovered_last
-        self.changes.extend((c, replay) for c in changes)
+        done = self.meta_recovered_last
+        if self.world.fixed("snapshot_placements_known"):
+            self.changes.extend((c, carried_out(c, index, done, self.name)) for c in changes)
+        else:
+            replay = index is None or index <= done
+            self.changes.extend((c, replay) for c in changes)
         if self.meta is not None:
             self.world.checks.placement(self.meta.state)
+
+    def _joining(self, change: Change) -> bool:
+        if self.world.fixed("snapshot_placements_known"):
+            return joins_group(change, self.name)
+        return change.old is not None and self.name not in change.old.peers
 
     def stop(self) -> None:
         """The process is gone (the caller crashes or keeps the disk)."""
@@ -270,7 +281,7 @@ class SimServer:
             replica.sa = new
             self._assignment_changed(replica)
             return
-        joining = change.old is not None and me not in change.old.peers
+        joining = self._joining(change)
         self._make_stream(key, new, joining=joining, known=replay)
 
     def _make_stream(self, key: tuple[str, ...], sa: StreamAssignment, *, joining: bool,
@@ -324,7 +335,7 @@ class SimServer:
             self.world.trace(f"{me}: consumer {key[2]}: its stream has no replica here")
             self.world.stats["orphan_consumers"] += 1
             return
-        joining = change.old is not None and me not in change.old.peers
+        joining = self._joining(change)
         self._make_consumer(key, new, stream, joining=joining, known=replay)
 
     def _make_consumer(self, key: tuple[str, ...], ca: ConsumerAssignment,

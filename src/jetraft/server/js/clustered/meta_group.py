@@ -76,7 +76,7 @@ class MetaGroup:
     # --- the state machine (raft.node.StateMachine) ------------------------------------------
 
     def apply(self, entry: Entry) -> object:
-        changes = self.state.apply(decode_entry(entry.data))
+        changes = self.state.apply(decode_entry(entry.data), entry.index)
         if changes:
             self.host.meta_changed(changes, entry.index)
         return changes

@@ -36,6 +36,8 @@ from jetraft.jetstream.meta import (
     ConsumerChanged,
     StreamAssignment,
     StreamChanged,
+    carried_out,
+    joins_group,
 )
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
@@ -78,9 +80,10 @@ class ReplicaKeeper:
 
     def meta_changed(self, changes: list[Change], index: int | None) -> None:
         """The meta group applied ``changes`` (``index`` None: from a snapshot)."""
-        replay = index is None or index <= self.done_at_start
         for change in changes:
-            self.changes.put_nowait((change, replay))
+            self.changes.put_nowait(
+                (change, carried_out(change, index, self.done_at_start, self.js.server_name)))
+
 
     async def process_changes(self) -> None:
         while True:
@@ -167,8 +170,7 @@ class ReplicaKeeper:
             replica.assignment_changed(new)
             js.serve_direct(replica)
             return
-        joining = change.old is not None and me not in change.old.peers
-        await self._make_stream(new, joining=joining, known=replay)
+        await self._make_stream(new, joining=joins_group(change, me), known=replay)
 
     async def _make_stream(self, sa: StreamAssignment, *, joining: bool,
                            known: bool) -> StreamReplica | None:
@@ -219,8 +221,7 @@ class ReplicaKeeper:
         if replica is not None:
             replica.assignment_changed(new)
             return
-        joining = change.old is not None and me not in change.old.peers
-        await self._make_consumer(new, joining=joining, known=replay)
+        await self._make_consumer(new, joining=joins_group(change, me), known=replay)
 
     async def _make_consumer(self, ca: ConsumerAssignment, *, joining: bool,
                              known: bool) -> ConsumerReplica | None:
@@ -377,3 +378,4 @@ def _group_dirs(root: Path) -> list[str]:
 def _remove_dir(path: Path | None) -> None:
     if path is not None:
         remove_durably(path)
+
