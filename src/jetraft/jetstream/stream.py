@@ -416,13 +416,18 @@ class Stream:
         seq, removed = store.store(subject, None, data, e.ts_ns)
         if self.last_msg_id:
             self._remember("", seq, e.ts_ns)
+        self._stored(seq, subject, removed)
+        return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def _stored(self, seq: int, subject: str, removed: list[int]) -> None:
+        """A message is stored at `seq`: tell what the limits removed to make room, then
+        the observers (consumers) and listeners (waiters on new messages)."""
         if removed:
             self._tell_removed(removed)
         for obs in self._observers:
             obs.on_stored(seq, subject)
         for cb in self._listeners:
             cb(seq)
-        return PubAck(e.reply, self.name, seq, False, None, self.domain)
 
     def takes_lone_ids(self) -> bool:
         """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
@@ -457,12 +462,7 @@ class Stream:
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
             dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
-        if removed:
-            self._tell_removed(removed)
-        for obs in self._observers:
-            obs.on_stored(seq, subject)
-        for cb in self._listeners:
-            cb(seq)
+        self._stored(seq, subject, removed)
         return seq, False
 
     def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
@@ -530,12 +530,7 @@ class Stream:
             self._purge_quietly(e.subject, keep=1)
         elif rollup == "all":
             self._purge_quietly("", keep=1)
-        if removed:
-            self._tell_removed(removed)
-        for obs in self._observers:
-            obs.on_stored(seq, e.subject)
-        for cb in self._listeners:
-            cb(seq)
+        self._stored(seq, e.subject, removed)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
 
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
