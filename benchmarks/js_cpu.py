@@ -223,6 +223,20 @@ async def bench_publish(n: int, size: int, window: int, ids: bool = False) -> tu
         shutil.rmtree(store, ignore_errors=True)
 
 
+async def _filled_stream(cli: Client, meter: Meter, n: int, size: int,
+                         extra: bytes = b"") -> None:
+    """Stream B on subject b.js (`extra`: more config fields), holding n messages."""
+    config = b'{"name":"B","subjects":["b.js"]%s}' % extra
+    await request(cli, meter, "$JS.API.STREAM.CREATE.B", config)
+    frame = b"PUB b.js %d\r\n%s\r\n" % (size, b"x" * size)
+    for i in range(0, n, 1000):
+        cli.feed(frame * min(1000, n - i))
+        await meter.turn()
+    info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+    while info["state"]["messages"] < n:
+        info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+
+
 async def bench_direct_get(n: int, size: int, batch: int) -> tuple[float, float]:
     """(server CPU us/msg, msgs/s) of reading a stream back with batched direct gets."""
     store = tempfile.mkdtemp(prefix="jetraft-cpu-")
@@ -230,19 +244,7 @@ async def bench_direct_get(n: int, size: int, batch: int) -> tuple[float, float]
     try:
         cli = Client(server)
         meter = Meter()
-        await request(
-            cli,
-            meter,
-            "$JS.API.STREAM.CREATE.B",
-            b'{"name":"B","subjects":["b.js"],"allow_direct":true}',
-        )
-        frame = b"PUB b.js %d\r\n%s\r\n" % (size, b"x" * size)
-        for i in range(0, n, 1000):
-            cli.feed(frame * min(1000, n - i))
-            await meter.turn()
-        info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
-        while info["state"]["messages"] < n:
-            info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+        await _filled_stream(cli, meter, n, size, b',"allow_direct":true')
         cli.feed(b"SUB _INBOX.get.* 8\r\n")
         starts = list(range(1, n + 1, batch))
         cli.server_cpu = meter.cpu = 0.0
@@ -284,15 +286,7 @@ async def bench_consume(n: int, size: int, batch: int) -> tuple[float, float]:
     try:
         cli = Client(server)
         meter = Meter()
-        await request(cli, meter, "$JS.API.STREAM.CREATE.B", b'{"name":"B","subjects":["b.js"]}')
-        frame = b"PUB b.js %d\r\n%s\r\n" % (size, b"x" * size)
-        for i in range(0, n, 1000):
-            cli.feed(frame * min(1000, n - i))
-            await meter.turn()
-        info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
-        await meter.until(lambda: True)
-        while info["state"]["messages"] < n:
-            info = await request(cli, meter, "$JS.API.STREAM.INFO.B", b"")
+        await _filled_stream(cli, meter, n, size)
         body = json.dumps(
             {"stream_name": "B", "config": {"durable_name": "C", "ack_policy": "explicit"}}
         ).encode()
