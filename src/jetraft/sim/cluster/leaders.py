@@ -11,14 +11,12 @@ resumed by the world's tick once it holds or its deadline passed.
   jetstream.reconcile.next_step (as RaftGroup.reconcile_members carries them out).
 * Consumer leader: on taking over rebuilds its cursor from the replicated state,
   proposes ``Start`` once per replica life if the consumer has not started, runs the
-  reconcile task; delivers on fetch (``Delivered`` proposed, the message handed out at
-  once, and again if that entry is refused or dropped), re-queues expired messages for
-  redelivery, proposes ``Exhausted``; takes acks (one "not delivered yet" by its state
-  is ignored). An ack sent as a request is answered
+  reconcile task; delivers on fetch (the ``Delivered`` entries of one fetch proposed as
+  one, the messages handed out at once, and again if that entry is refused or dropped),
+  re-queues expired messages for redelivery, proposes ``Exhausted``; takes acks (one
+  "not delivered yet" by its state is ignored). An ack sent as a request is answered
   as the runtime answers it: once the newest proposal of the group (the ack's, when it
-  made one) has an outcome, at once when there is none pending. (The server proposes
-  the entries of one loop turn as one; proposed one by one here, the group refuses or
-  drops them alike while a transfer is in progress or once leadership is lost.)
+  made one) has an outcome, at once when there is none pending.
 """
 
 from __future__ import annotations
@@ -27,7 +25,14 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from jetraft.jetstream.consumer import Acked, Candidate, Delivered, Entry, encode_entry
+from jetraft.jetstream.consumer import (
+    Acked,
+    Candidate,
+    Delivered,
+    Entry,
+    encode_entries,
+    encode_entry,
+)
 from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.jetstream.stream import PubAck, StoreMsg, UpdateConfig
 from jetraft.jetstream.stream import encode_entry as encode_stream_entry
@@ -376,6 +381,7 @@ class ConsumerDuty(Duty):
             return []
         out: list[tuple[int, int, int]] = []
         now = self.world.now_ns(self.replica.server)
+        entries: list[Entry] = []  # the runtime's changes of one loop turn: one proposal
         for _ in range(batch * 2):
             if len(out) >= batch:
                 break
@@ -383,24 +389,38 @@ class ConsumerDuty(Duty):
             if step is None:
                 break
             if not isinstance(step, Candidate):
-                self.propose_entry(step)
+                entries.append(step)
                 continue
             d = Delivered(core.dseq, step.msg.seq, step.dc, now)
             core.note_delivered(d)
-            self._watch(d, self.propose_entry(d))
+            entries.append(d)
             out.append((d.sseq, d.dseq, d.dc))
+        if entries:
+            self._watch(entries, self.propose_entries(entries))
         return out
 
-    def _watch(self, d: Delivered, box: Box | None) -> None:
-        """The fix delivery_refused_requeued: a delivery whose entry the group refused or
-        dropped goes out again while this runtime keeps leading (ConsumerRuntime.refused)."""
+    def propose_entries(self, entries: list[Entry]) -> Box | None:
+        """ConsumerReplica's batch: the entries of one loop turn as one proposal."""
+        if not self.replica.raft_leader:
+            return None
+        box = self.propose(encode_entries(entries))
+        if box is not None:
+            self.last = box
+        return box
+
+    def _watch(self, entries: list[Entry], box: Box | None) -> None:
+        """The fix delivery_refused_requeued: deliveries whose entry the group refused or
+        dropped go out again while this runtime keeps leading (ConsumerRuntime.refused)."""
         if not self.world.fixed("delivery_refused_requeued"):
             return
         epoch = self.epoch
 
         def settled(outcome: object) -> None:
             if not isinstance(outcome, Applied) and self.runtime and self.epoch == epoch:
-                self.replica.consumer().core.undeliver(d)
+                core = self.replica.consumer().core
+                for e in entries:
+                    if isinstance(e, Delivered):
+                        core.undeliver(e)
 
         if box is None:
             settled(None)

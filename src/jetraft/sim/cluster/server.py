@@ -330,7 +330,9 @@ class SimServer:
             replica.ca = new
             self._assignment_changed(replica)
             return
-        stream = self.streams.get(key[:2])
+        # As the server's keeper: a stream replica on its way out still serves its
+        # consumers (they follow the stream's replica here when it comes back).
+        stream = self.streams.get(key[:2]) or self.leaving.get(key[:2])
         if stream is None:
             self.world.trace(f"{me}: consumer {key[2]}: its stream has no replica here")
             self.world.stats["orphan_consumers"] += 1
