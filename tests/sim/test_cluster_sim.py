@@ -60,19 +60,19 @@ def test_regression_seeds(seed: int, servers: int) -> None:
 # For each fix, a seed (and server count) on which the simulator catches the bug when
 # the server behaves as it does without the fix (found by python -m tests.sim.ablation).
 FIX_SEEDS: dict[str, tuple[int, int]] = {
-    "leaving_follows_assignment": (6, 3),
+    "leaving_follows_assignment": (33, 3),
     "rejoin_fresh": (269, 3),
-    "leave_when_removed": (539, 3),
+    "leave_when_removed": (1589, 3),
     "meta_applied_recorded": (60, 3),
     "ignored_ack_unanswered": (30, 3),
     "lost_log_means_missing_dir": (76, 3),
     "consumer_reads_current_stream": (336, 3),
-    "replica_starts_with_first_config": (158, 3),
-    "bootstrap_recorded": (46, 3),
+    "replica_starts_with_first_config": (161, 3),
+    "bootstrap_recorded": (14, 3),
     "restart_keeps_leaving": (722, 3),
-    "durable_destroy": (667, 3),
+    "durable_destroy": (61, 3),
     "leave_only_when_removed": (216, 5),
-    "snapshot_placements_known": (366, 5),
+    "snapshot_placements_known": (95, 3),
 }
 
 
