@@ -315,7 +315,9 @@ class RaftCore:
             if self.cfg.check_quorum and not self._quorum_active():
                 self.become_follower(self.term, "")
                 return
-            self.transferee = ""  # a transfer that did not finish in an election period
+            if self.transferee:
+                self._give_up_leadership()
+                return
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
         removal_done = self.log.committed >= self.log.last_config_index()
         for pid, pr in list(self.prs.items()):
@@ -337,6 +339,15 @@ class RaftCore:
                     commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit,
                                                self.is_member(pid)))
+
+    def _give_up_leadership(self) -> None:
+        """A transfer did not finish within an election period (its target down, slow, or
+        cut off): step down anyway, as a step-down asks (nats-server's always gives up
+        leadership). Staying leader would leave a step-down without effect. Our own
+        campaign waits one more election period, so that any other voter able to win
+        goes first; if none can, we are elected again."""
+        self.become_follower(self.term, "")
+        self.elapsed = -self.cfg.election_ticks
 
     def _quorum_active(self) -> bool:
         voters = self.membership.voters
@@ -553,7 +564,8 @@ class RaftCore:
 
     def transfer_leadership(self, to: str | None = None) -> str:
         """Hand leadership to `to`, or to the most up-to-date voter. Returns the target;
-        proposals are refused until the transfer ends (at most an election period)."""
+        proposals are refused until the transfer ends (at most an election period, after
+        which this leader steps down even if the target did not take over)."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.lead)
         others = [v for v in self.membership.voters if v != self.id]

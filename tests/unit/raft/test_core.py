@@ -268,15 +268,45 @@ def test_transfer_to_lagging_target_catches_it_up_first() -> None:
     assert c.nodes["c"].core.log.last_index >= 6
 
 
-def test_transfer_times_out_after_an_election_period() -> None:
+def test_a_transfer_that_does_not_finish_still_ends_the_leadership() -> None:
+    """Its target is cut off: after an election period the leader steps down anyway (a
+    step-down must give up leadership, as nats-server's does), and holds back its own
+    campaign so that the other voter that can win is elected."""
     c = three()
     c.partition(["a", "b"], ["c"])
     c.nodes["a"].core.transfer_leadership("c")
     for _ in range(10):
         c.tick("a")
         c.deliver()
-    assert c.nodes["a"].core.transferee == ""
-    c.propose("a", "ok")
+    a = c.nodes["a"].core
+    assert a.transferee == "" and a.role is Role.FOLLOWER and a.lead == ""
+    with pytest.raises(NotLeader):
+        a.propose(b"y")
+    for _ in range(40):
+        c.tick_all()
+        c.stabilize()
+        if c.leader() is not None:
+            break
+    assert c.leader() == "b"
+
+
+def test_a_leader_that_stepped_down_is_elected_again_when_no_one_else_can_win() -> None:
+    c = three()
+    c.partition(["a", "b"], ["c"])
+    c.crash("b")
+    c.propose("a", "x")  # only a holds it: b is down, c cut off
+    c.nodes["a"].core.transfer_leadership("c")
+    for _ in range(10):
+        c.tick("a")
+        c.deliver()
+    assert c.nodes["a"].core.role is Role.FOLLOWER
+    c.restart("b")  # b campaigns first, but its log is older than a's: a refuses it
+    for _ in range(80):
+        c.tick_all()
+        c.stabilize()
+        if c.leader() is not None:
+            break
+    assert c.leader() == "a"
 
 
 def test_restart_recovers_log_and_reapplies() -> None:
