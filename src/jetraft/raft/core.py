@@ -565,7 +565,11 @@ class RaftCore:
     def transfer_leadership(self, to: str | None = None) -> str:
         """Hand leadership to `to`, or to the most up-to-date voter. Returns the target;
         proposals are refused until the transfer ends (at most an election period, after
-        which this leader steps down even if the target did not take over)."""
+        which this leader steps down even if the target did not take over). Asking again
+        while a transfer is under way (any target) keeps its deadline: a caller that
+        repeats its request (a replica leaving its group does, every 0.2 s) must not keep
+        a leader whose target cannot take over in place, refusing proposals, nor put off
+        its check-quorum, which shares the clock."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.lead)
         others = [v for v in self.membership.voters if v != self.id]
@@ -577,8 +581,9 @@ class RaftCore:
             return to
         elif to not in others:
             raise MembershipError(f"{to} is not a voter")
+        if not self.transferee:
+            self.elapsed = 0  # a full election period from the first request
         self.transferee = to
-        self.elapsed = 0
         if self.prs[to].match == self.log.last_index:
             self.msgs.append(TimeoutNow(self.term, self.id, to))
         else:

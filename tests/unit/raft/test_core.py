@@ -274,11 +274,14 @@ def test_a_transfer_that_does_not_finish_still_ends_the_leadership() -> None:
     campaign so that the other voter that can win is elected."""
     c = three()
     c.partition(["a", "b"], ["c"])
-    c.nodes["a"].core.transfer_leadership("c")
-    for _ in range(10):
+    a = c.nodes["a"].core
+    a.transfer_leadership("c")
+    for _ in range(9):
         c.tick("a")
         c.deliver()
-    a = c.nodes["a"].core
+    assert a.role is Role.LEADER and a.transferee == "c"  # still within the period
+    c.tick("a")
+    c.deliver()
     assert a.transferee == "" and a.role is Role.FOLLOWER and a.lead == ""
     with pytest.raises(NotLeader):
         a.propose(b"y")
@@ -288,6 +291,45 @@ def test_a_transfer_that_does_not_finish_still_ends_the_leadership() -> None:
         if c.leader() is not None:
             break
     assert c.leader() == "b"
+
+
+def test_asking_again_does_not_put_off_the_end_of_a_transfer() -> None:
+    """A caller that repeats its request (a leaving replica asks every 0.2 s, well within
+    an election period) must not keep the leader in place: the first request's deadline
+    holds, whatever target the later ones name."""
+    c = three()
+    c.partition(["a"], ["b"], ["c"])
+    a = c.nodes["a"].core
+    a.transfer_leadership("c")
+    for t in range(1, 10):
+        c.tick("a")
+        c.deliver()
+        if t % 2 == 0:
+            assert a.transfer_leadership("b" if t % 4 else "c") in ("b", "c")
+    assert a.role is Role.LEADER
+    c.tick("a")
+    assert a.role is Role.FOLLOWER and a.transferee == ""
+
+
+def test_a_transfer_that_finishes_leaves_no_step_down_behind() -> None:
+    """The target took over within the period: the old leader follows it, and nothing
+    of the transfer's deadline remains to disturb the new term."""
+    c = three()
+    c.propose("a", "x")
+    c.stabilize()
+    c.nodes["a"].core.transfer_leadership("b")
+    c.process("a")
+    c.stabilize()
+    assert c.leader() == "b"
+    for _ in range(30):
+        c.tick_all()
+        c.stabilize()
+    assert c.leader() == "b" and c.nodes["a"].core.lead == "b"
+    c.propose("b", "y")
+    c.stabilize()
+    c.tick("b")
+    c.stabilize()
+    assert all(n.data() == ["x", "y"] for n in c.nodes.values())
 
 
 def test_a_leader_that_stepped_down_is_elected_again_when_no_one_else_can_win() -> None:
