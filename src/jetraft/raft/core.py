@@ -563,20 +563,21 @@ class RaftCore:
         )
 
     def transfer_leadership(self, to: str | None = None) -> str:
-        """Hand leadership to `to`, or to the most up-to-date voter. Returns the target;
-        proposals are refused until the transfer ends (at most an election period, after
-        which this leader steps down even if the target did not take over). Asking again
-        while a transfer is under way (any target) keeps its deadline: a caller that
-        repeats its request (a replica leaving its group does, every 0.2 s) must not keep
-        a leader whose target cannot take over in place, refusing proposals, nor put off
-        its check-quorum, which shares the clock."""
+        """Hand leadership to `to`, or to the most up-to-date voter we hear from; returns
+        the target. Proposals are refused until the transfer ends: at most an election
+        period from the first request (asking again keeps that deadline, or a caller that
+        repeats itself would keep us in place), then we step down even if the target did
+        not take over."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.lead)
         others = [v for v in self.membership.voters if v != self.id]
         if to is None:
             if not others:
                 raise RaftError("no other voter to transfer leadership to")
-            to = max(others, key=lambda v: (self.prs[v].match, v))
+            # The most up-to-date voter may be paused or cut off: a transfer to it would
+            # only end when it expires (nats-server too hands over to a peer it hears).
+            heard = [v for v in others if self._heard_recently(v)] or others
+            to = max(heard, key=lambda v: (self.prs[v].match, v))
         elif to == self.id:
             return to
         elif to not in others:
@@ -589,6 +590,10 @@ class RaftCore:
         else:
             replication.send_append(self, to)
         return to
+
+    def _heard_recently(self, peer: str) -> bool:
+        heard = self.prs[peer].last_heard_tick
+        return heard >= 0 and self.ticks - heard < self.cfg.election_ticks
 
     # ------------------------------------------------------------------ snapshots
     def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:

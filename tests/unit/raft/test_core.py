@@ -254,6 +254,25 @@ def test_transfer_to_most_up_to_date_and_proposals_refused_meanwhile() -> None:
     assert c.nodes["b"].core.role is Role.LEADER
 
 
+def test_a_step_down_without_target_goes_to_a_voter_that_answers() -> None:
+    """b and c hold the whole log, c has stopped answering (a paused process): the
+    transfer goes to b, although c comes first among equals, and b takes over."""
+    c = three()
+    c.propose("a", "x")
+    c.stabilize()
+    a = c.nodes["a"].core
+    assert a.prs["b"].match == a.prs["c"].match == a.log.last_index
+    c.partition(["a", "b"], ["c"])
+    for _ in range(10):  # an election period without word from c
+        c.tick("a")
+        c.stabilize()
+    assert a.role is Role.LEADER
+    assert a.transfer_leadership() == "b"
+    c.process("a")
+    c.stabilize()
+    assert c.nodes["b"].core.role is Role.LEADER
+
+
 def test_transfer_to_lagging_target_catches_it_up_first() -> None:
     c = three()
     c.partition(["a", "b"], ["c"])
