@@ -35,6 +35,7 @@ import msgspec
 
 from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream import (
     Entry as StreamEntry,
 )
@@ -100,6 +101,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     dedupe: list[tuple[str, int, int]]
     last_msg_id: str
     ttl: list[tuple[int, int]]
+    index: int = 0  # the last entry applied to the state (file replicas mark it)
 
 
 class StreamReplica:
@@ -113,12 +115,7 @@ class StreamReplica:
         # first entry (joining or restarting without a snapshot), and the entries before
         # an UpdateConfig were applied under the old config (a smaller max_msg_size, say,
         # would refuse messages the others stored).
-        first = sa.first_config
-        self.stream = Stream(first, MemoryStore(), sa.created_ns, host.domain)
-        if first.first_seq > 1:
-            # As on one server: the empty store starts at first_seq. Every replica does it
-            # from the assignment, before any entry (or snapshot) is applied.
-            self.stream.store.purge(None, first.first_seq, 0)
+        self.stream = self._make_stream(host, sa)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         self._direct_waits: set[asyncio.Task[None]] = set()
@@ -138,6 +135,21 @@ class StreamReplica:
         self._own: dict[int, tuple[bytes, LogEntry]] = {}
         self._msgs_applied = 0  # publishes applied, for pacing snapshots
         self._entries_applied = 0
+        self.applied_index = 0  # of the last entry applied (0: unknown, memory replicas)
+
+    def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
+        return self._with_store(sa, MemoryStore(), host.domain)
+
+    @staticmethod
+    def _with_store(sa: StreamAssignment, store: StreamStore, domain: str) -> Stream:
+        """A new replica's stream on an empty store."""
+        first = sa.first_config
+        stream = Stream(first, store, sa.created_ns, domain)
+        if first.first_seq > 1:
+            # As on one server: the empty store starts at first_seq. Every replica does it
+            # from the assignment, before any entry (or snapshot) is applied.
+            stream.store.purge(None, first.first_seq, 0)
+        return stream
 
     @property
     def name(self) -> str:
@@ -253,7 +265,12 @@ class StreamReplica:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
         dedupe, last_msg_id, ttl = stream.beside_store()
-        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl)
+        # The index the driver labels this snapshot with (its applied index: entries after
+        # our last NORMAL one are membership changes): a file replica restores it exactly.
+        node = self.group.node
+        index = node.driver.applied if node is not None else self.applied_index
+        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl,
+                         index)
         return msgspec.msgpack.encode(snap)
 
     def restore(self, data: bytes) -> None:
