@@ -70,6 +70,27 @@ class _Checkpoint(msgspec.Struct, array_like=True):
     ttl: list[tuple[int, int]]
 
 
+def checkpoint_state(stream: Stream) -> bytes:
+    """The checkpoint's state: what the stream keeps beside its store, and its config."""
+    dedupe, last_msg_id, ttl = stream.beside_store()
+    return msgspec.msgpack.encode(_Checkpoint(stream.config, dedupe, last_msg_id, ttl))
+
+
+def stream_at_checkpoint(
+    store: FileStore, sa: StreamAssignment, domain: str
+) -> tuple[Stream, int]:
+    """The stream as of the store's last checkpoint, and that checkpoint's index (0 and a
+    new stream when there is none)."""
+    found = store.checkpointed
+    if found is None:
+        return StreamReplica._with_store(sa, store, domain), 0
+    index, blob = found
+    ck = msgspec.msgpack.decode(blob, type=_Checkpoint)
+    stream = Stream(ck.config, store, sa.created_ns, domain)
+    stream.reload(ck.config, ck.dedupe, ck.last_msg_id, ck.ttl)
+    return stream, index
+
+
 def store_dir(host: ReplicaHost, sa: StreamAssignment) -> Path:
     return host.raft_dir(sa.group) / STORE_DIR
 
@@ -95,15 +116,8 @@ class FileStreamReplica(StreamReplica):
         self._sync_index = 0
         self._since_msgs = self._since_entries = 0
         self._store_closed = False
-        found = store.checkpointed
-        if found is None:
-            self.applied_index = self._durable = 0
-            return self._with_store(sa, store, host.domain)
-        index, blob = found
-        ck = msgspec.msgpack.decode(blob, type=_Checkpoint)
-        stream = Stream(ck.config, store, sa.created_ns, host.domain)
-        stream.reload(ck.config, ck.dedupe, ck.last_msg_id, ck.ttl)
-        self.applied_index = self._durable = index
+        stream, self.applied_index = stream_at_checkpoint(store, sa, host.domain)
+        self._durable = self.applied_index
         return stream
 
     # --- the state machine ---------------------------------------------------------------
@@ -138,11 +152,6 @@ class FileStreamReplica(StreamReplica):
             node.driver.snapshot_entries = max(int(MIN_SNAPSHOT_ENTRIES / per_entry), 64)
             node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
-    def _state(self) -> bytes:
-        stream = self.stream
-        dedupe, last_msg_id, ttl = stream.beside_store()
-        return msgspec.msgpack.encode(_Checkpoint(stream.config, dedupe, last_msg_id, ttl))
-
     def _checkpoint(self) -> None:
         """Checkpoint and start a sync, unless one is running (then at the next apply)."""
         if self._sync is not None:
@@ -151,7 +160,7 @@ class FileStreamReplica(StreamReplica):
             self._sync_finished(self._sync)
         store = self.stream.store
         assert isinstance(store, FileStore)
-        store.checkpoint(self.applied_index, self._state())
+        store.checkpoint(self.applied_index, checkpoint_state(self.stream))
         self._since_msgs = self._since_entries = 0
         finish = store.begin_sync()
         if finish is None:
@@ -222,5 +231,5 @@ class FileStreamReplica(StreamReplica):
             store.abandon()
             return
         if self.applied_index > self._durable:
-            store.checkpoint(self.applied_index, self._state())
+            store.checkpoint(self.applied_index, checkpoint_state(self.stream))
         await asyncio.to_thread(store.close)
