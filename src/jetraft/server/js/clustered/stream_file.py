@@ -47,7 +47,6 @@ from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.raft.types import Entry
 from jetraft.server.js.clustered.stream_replica import (
     KEEP_MSGS,
-    MIN_SNAPSHOT_ENTRIES,
     ReplicaHost,
     StreamReplica,
     _Snapshot,
@@ -143,13 +142,13 @@ class FileStreamReplica(StreamReplica):
         return max(CKPT_MSGS, len(stream._dedupe) + len(stream._ttl_heap))
 
     def _pace_snapshots(self) -> None:
-        """Compact the log every CKPT_MSGS-ish messages (a marker, no copy of the stream):
-        the log holds about as many entries as the messages between two checkpoints."""
+        """Compact the log as soon as a checkpoint is durable (a marker, no copy of the
+        stream: checkpoints pace it), keeping as many entries as a memory replica keeps."""
         per_entry = self._msgs_applied / max(self._entries_applied, 1)
         self._msgs_applied = self._entries_applied = 0
         node = self.group.node
         if node is not None:
-            node.driver.snapshot_entries = max(int(MIN_SNAPSHOT_ENTRIES / per_entry), 64)
+            node.driver.snapshot_entries = 1
             node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
     def _checkpoint(self) -> None:
