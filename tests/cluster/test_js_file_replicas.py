@@ -62,7 +62,7 @@ async def _check(nc: nats.NATS, stream: str, acked: dict[int, int]) -> None:
     assert info.state.messages == len(acked)
     assert sorted(acked.values()) == list(range(1, len(acked) + 1))
     step = max(len(acked) // 150, 1)
-    for i in sorted(acked)[::step] + [max(acked)]:
+    for i in [*sorted(acked)[::step], max(acked)]:
         msg = await js.get_msg(stream, acked[i])
         assert msg.data == b"msg %d" % i
 

@@ -17,8 +17,8 @@ from jetraft.jetstream.stream import (
     DeleteMsg,
     Entry,
     Purge,
-    Stream,
     StoreMsg,
+    Stream,
     UpdateConfig,
 )
 from jetraft.jetstream.stream_config import StreamConfig
