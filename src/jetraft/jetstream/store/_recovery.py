@@ -195,15 +195,16 @@ def cut_to_checkpoint(
             break
     keep = found[0] if found is not None else -1
     if found is not None:
+        # Synced whether cut or not: a process crash may have left the checkpoint written
+        # but not durable, and its owner reports it durable as of this open.
         b = blocks[keep]
-        end = found[1]
-        if disk.size(b.path) > end:
-            f = disk.open_append(b.path)
-            try:
-                f.truncate(end)
-                f.sync()
-            finally:
-                f.close()
+        f = disk.open_append(b.path)
+        try:
+            if disk.size(b.path) > found[1]:
+                f.truncate(found[1])
+            f.sync()
+        finally:
+            f.close()
     gone = blocks[keep + 1 :]
     for b in reversed(gone):  # newest first: a crash midway leaves a prefix of blocks
         disk.remove(b.path)
