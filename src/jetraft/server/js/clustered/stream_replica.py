@@ -115,6 +115,7 @@ class StreamReplica:
         # first entry (joining or restarting without a snapshot), and the entries before
         # an UpdateConfig were applied under the old config (a smaller max_msg_size, say,
         # would refuse messages the others stored).
+        self.applied_index = 0  # of the last entry applied (file replicas: see stream_file)
         self.stream = self._make_stream(host, sa)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
@@ -135,7 +136,6 @@ class StreamReplica:
         self._own: dict[int, tuple[bytes, LogEntry]] = {}
         self._msgs_applied = 0  # publishes applied, for pacing snapshots
         self._entries_applied = 0
-        self.applied_index = 0  # of the last entry applied (0: unknown, memory replicas)
 
     def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
         return self._with_store(sa, MemoryStore(), host.domain)
