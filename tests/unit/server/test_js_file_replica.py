@@ -14,14 +14,14 @@ from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.stream import (
     DeleteMsg,
-    Entry as StreamEntry,
-)
-from jetraft.jetstream.stream import (
     Purge,
     StoreBatch,
     StoreMsg,
     UpdateConfig,
     encode_entry,
+)
+from jetraft.jetstream.stream import (
+    Entry as StreamEntry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.raft.types import Entry, EntryKind
