@@ -1,9 +1,10 @@
 """This server's replica of one clustered stream: a member of the stream's RAFT group.
 
 Every replica applies the committed entries of the group to the same deterministic stream
-state machine (``jetstream.stream.Stream``); the log is the durable record, so the messages
-themselves are kept by the state machine's store in memory and rebuilt from the log's
-snapshot and entries on restart.
+state machine (``jetstream.stream.Stream``). Here (memory streams) the log is the durable
+record: the messages are kept in a MemoryStore and rebuilt from the log's snapshot and
+entries on restart. File streams' replicas keep them in a file store instead
+(``stream_file.FileStreamReplica``).
 
 The leader alone:
 
