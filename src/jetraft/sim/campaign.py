@@ -12,7 +12,7 @@ MACHINES: dict[str, tuple[SmFactory, Payload]] = {
     "stream": (stream_sm, stream_payload),
     "stream-file": (durable_stream_sm, stream_payload),
 }
-MIXED = ("hash", "durable", "stream")
+MIXED = ("hash", "durable", "stream", "stream-file")
 
 
 def machine_of(seed: int, sm: str) -> str:
