@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 
 import nats
 import nats.errors
@@ -233,9 +234,12 @@ async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
     raft_dir = victim.store_dir / "jetstream" / "_raft_"
     stream_groups = [p for p in raft_dir.iterdir() if p.name.startswith("S-")]
     assert stream_groups
-    for group in stream_groups:  # its copy of the stream is gone
+    for group in stream_groups:  # its copy of the stream (log and store) is gone
         for f in group.iterdir():
-            f.unlink()
+            if f.is_dir():
+                shutil.rmtree(f)
+            else:
+                f.unlink()
     victim.start()
     await cl.wait_mesh()
     await wait_until(lambda: cl.stream_messages("LOST").get(victim.name) == 50, 30,

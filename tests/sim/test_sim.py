@@ -70,7 +70,7 @@ def test_regression_seeds(seed: int, nodes: int, sm: str) -> None:
 def test_every_state_machine_runs_in_ci() -> None:
     machines = {machine_of(seed, "mixed") for n, start in CAMPAIGNS
                 for seed in range(start, start + CHUNK)}
-    assert machines == {"hash", "durable", "stream"}
+    assert machines == {"hash", "durable", "stream", "stream-file"}
 
 
 def test_stream_replicas_are_compared(monkeypatch: pytest.MonkeyPatch) -> None:
