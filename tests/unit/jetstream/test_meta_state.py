@@ -71,6 +71,29 @@ def test_snapshot_restores_the_same_state_and_reports_the_difference() -> None:
     assert a.assets_of("n1") == (3, 3)
 
 
+def test_a_snapshot_places_a_stream_before_its_consumers_and_removes_it_after() -> None:
+    """A server behind restores a snapshot that moved a stream and its consumer onto it:
+    the keeper makes the consumer's replica from the stream's, so the stream's change must
+    come first (seed 403); a removed stream goes after its consumers, as apply orders it."""
+    behind = MetaState()
+    behind.apply(AssignStream(sa("A", ("n1", "n2", "n3"))))
+    behind.apply(AssignConsumer(cap("A", "c", ("n1", "n2", "n3"))))
+    behind.apply(AssignStream(sa("B")))
+    behind.apply(AssignConsumer(ca("B", "d")))
+    ahead = MetaState()
+    ahead.restore(behind.snapshot())
+    ahead.apply(AssignStream(sa("A", ("n2", "n3", "n4"))))  # n1 removed, n4 takes its place
+    ahead.apply(RemoveStream("$G", "B"))
+    changes = behind.restore(ahead.snapshot())
+    order = [(type(c).__name__, c.key) for c in changes]
+    assert order.index(("StreamChanged", ("$G", "A"))) < order.index(
+        ("ConsumerChanged", ("$G", "A", "c")))
+    assert order.index(("ConsumerChanged", ("$G", "B", "d"))) < order.index(
+        ("StreamChanged", ("$G", "B")))
+    moved = next(c for c in changes if c.key == ("$G", "A", "c"))
+    assert moved.new is not None and "n4" in moved.new.peers
+
+
 def cap(stream: str, name: str, peers: tuple[str, ...], replicas: int = 0
         ) -> ConsumerAssignment:
     cfg = ConsumerConfig(name=name, num_replicas=replicas)
