@@ -33,11 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +43,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from benchmarks.cluster_common import KINDS, BenchCluster, ClusterNode, js_info_ok
-from benchmarks.common import cpu_seconds, load_summary, machine_summary
+from benchmarks.common import Profiler, cpu_seconds, load_summary, machine_summary
 from benchmarks.js_consume import CONSUMER
 from benchmarks.js_consume import measure as measure_consume
 from benchmarks.js_publish import Scenario, drive, drive_counts
@@ -93,27 +89,6 @@ async def leader_of(cl: BenchCluster, stream: str, consumer: str = "") -> Cluste
         finally:
             await nc.close()
     raise RuntimeError("no server is running")
-
-
-class Profiler:
-    """``py-spy record`` attached to one server process (raw collapsed stacks)."""
-
-    def __init__(self, out_dir: str | None, label: str, pid: int, seconds: float) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        if not out_dir:
-            return
-        os.makedirs(out_dir, exist_ok=True)
-        exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
-        path = os.path.join(out_dir, f"{label}.txt")
-        cmd = [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
-        cmd += ["--duration", str(int(seconds) + 1), "--nonblocking", "-o", path]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)  # py-spy needs a moment to attach
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
-            self.proc.wait(30)
 
 
 async def delete_stream(cl: BenchCluster, name: str) -> None:

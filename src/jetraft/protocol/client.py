@@ -202,6 +202,31 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
     return pub_line(subject, reply_s, total, hdr_len)
 
 
+def _plain_pub(line: bytes) -> PubLine | None:
+    """``PUB <subject> [<reply>] <size>`` written the usual way (one space between tokens, the
+    size without leading zeros), which nearly every client does: parsed with one split, and
+    the line's own bytes reused as the MSG tail. None for anything else (``_pub_args`` then
+    decides). Unique subjects (JetStream acks, one per message) miss the line cache, so this
+    runs once per such publish."""
+    args = line.split(b" ")
+    k = len(args)
+    if k == 3:
+        subj, size_tok = args[1], args[2]
+        reply: str | None = None
+    elif k == 4:
+        subj, reply_b, size_tok = args[1], args[2], args[3]
+        if not reply_b or not reply_b.isascii():
+            return None
+        reply = reply_b.decode()
+    else:
+        return None
+    if not subj or not subj.isascii() or not size_tok.isdigit():
+        return None
+    if size_tok[0] == 48 and len(size_tok) > 1:  # "007": the MSG line says 7
+        return None
+    return subj.decode(), reply, int(size_tok), -1, line[4 + len(subj) :] + b"\r\n"
+
+
 def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLine:
     """The ``PubLine`` of a publish (``hdr_len`` -1 without headers)."""
     if hdr_len >= 0:
@@ -413,7 +438,8 @@ class ClientParser:
                 raise ProtocolError(ERR_UNKNOWN_OP)
             parsed = _pub_args(line[5:], True)
         else:
-            parsed = _pub_args(line[4:], False)
+            plain = _plain_pub(line)
+            parsed = plain if plain is not None else _pub_args(line[4:], False)
         if parsed[2] > self._max_payload:
             raise ProtocolError(ERR_MAX_PAYLOAD)
         cache = self._pub_cache

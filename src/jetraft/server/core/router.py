@@ -256,9 +256,11 @@ class Router:
         returns the bytes published.
 
         Consecutive runs on one subject form a group (their replies may differ: requests,
-        JetStream publishes with one reply subject each): matched once and handed to each
-        local subscriber in one call (which writes each run as one piece), and to each route
-        with plain interest in one frame per stretch of one reply. Queue groups take each
+        JetStream publishes with one reply subject each), and so do runs on subjects that
+        one answer of the sublist covers (JetStream acks, one subject each: see
+        ``SubList.match_prefix``): matched once and handed to each local subscriber in one
+        call (which writes each run as one piece), and to each route with plain interest in
+        one frame per stretch of one subject and one reply. Queue groups take each
         message on its own. A publisher that wants no-responders notices gets one for each
         request nobody took (subscribers always take the first messages of a group they are
         handed); with queue groups in the match its requests go one by one.
@@ -277,9 +279,21 @@ class Router:
             q = r + 1
             while q < runs and lines[q][0] is subject:
                 q += 1
+            if q < runs:
+                # Runs on other subjects follow (JetStream acks: a subject per message).
+                # Those that the same answer covers (see ``SubList.match_prefix``) join.
+                match, stem = sublist.match_prefix(subject)
+                if stem is not None:
+                    cut = len(stem)
+                    while q < runs:
+                        nxt = lines[q][0]
+                        if len(nxt) <= cut or not nxt.startswith(stem):
+                            break
+                        q += 1
+            else:
+                match = sublist.match(subject)
             k = starts[q] - starts[r]
             notices = no_responders and any(lines[x][1] is not None for x in range(r, q))
-            match = sublist.match(subject)
             if notices and k > 1 and match.queues:
                 for ln, body in batch.messages(r, q):
                     one_by_one += self.route_pubs(sender, account, PubBatch.single(ln, body))
@@ -496,14 +510,14 @@ class Router:
 def _forward_by_reply(
     route: RouteSubscriber, account: Account, batch: PubBatch, first: int, stop: int
 ) -> None:
-    """Runs ``first`` to ``stop`` (one subject) to a route, one frame per stretch of runs
-    with one reply subject (a route frame carries one)."""
+    """Runs ``first`` to ``stop`` to a route, one frame per stretch of runs with one subject
+    and one reply subject (a route frame carries one of each)."""
     lines = batch.lines
     a = first
     while a < stop:
-        reply = lines[a][1]
+        subject, reply = lines[a][0], lines[a][1]
         b = a + 1
-        while b < stop and lines[b][1] is reply:
+        while b < stop and lines[b][1] is reply and lines[b][0] is subject:
             b += 1
         route.forward_run(account, batch, a, b)
         a = b

@@ -39,6 +39,7 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.js.commit import CommitQueue, Durable, Prepared, collect
 from jetraft.server.js.consumer_env import (
@@ -163,7 +164,9 @@ class ConsumerRuntime:
 
     def start(self) -> None:
         core = self.core
-        self.client.subscribe(f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack)
+        self.client.subscribe(
+            f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack, run_handler=self._on_ack_run
+        )
         if self.cfg.flow_control:
             self.client.subscribe(f"$JS.FC.{core.stream}.{core.name}.>", self._on_fc)
         if core.state.pending:
@@ -619,6 +622,82 @@ class ConsumerRuntime:
             answer = self._apply_ack(body, sseq, dseq, reply, now)
         if answer:
             barrier.wait(functools.partial(self._ack_answered, reply))
+
+    def _on_ack_run(self, batch: PubBatch, first: int, stop: int) -> int:
+        """The acks of one client read (runs of publishes on our ack subjects, which
+        ``Router.route_pubs`` hands over together): as ``_on_ack`` for each, with plain
+        acks on our own ack subjects taken here in a tight loop and the state touched once.
+        Acks sent as requests are answered as ``_on_ack`` answers them, in batches."""
+        lines, starts, bodies = batch.lines, batch.starts, batch.bodies
+        if self.closed:
+            return starts[stop] - starts[first]
+        prefix = self._ack_prefix
+        cut = len(prefix)
+        core = self.core
+        st = core.state
+        replicator = self.replicator
+        notify = self.owner.retention != "limits"
+        # Answers to acks sent as requests wait here when what they change is only our
+        # state: one server with limits retention (the commit queue's batch), or a cluster.
+        answerable = (self.queue is not None and not notify) or replicator is not None
+        limit = core.cfg.max_ack_pending
+        was_full = 0 < limit <= len(st.pending)
+        self.last_activity_ns = now = now_ns()
+        replies: list[str] = []
+        taken = 0
+        try:
+            for r in range(first, stop):
+                subject, reply, _total, hdr_len, _tail = lines[r]
+                b0, b1 = starts[r], starts[r + 1]
+                if (
+                    b1 - b0 == 1
+                    and hdr_len < 0
+                    and (reply is None or answerable)
+                    and subject.startswith(prefix)
+                ):
+                    body = bodies[b0]
+                    if not body or body == b"+ACK" or body == b"+OK":
+                        # Our own v1 ack subjects: <dc>.<sseq>.<dseq>.<ts>.<pending>.
+                        parts = subject[cut:].split(".")
+                        if len(parts) == 5 and _ascii_digits(parts[1]) and _ascii_digits(parts[2]):
+                            sseq = int(parts[1])
+                            if sseq >= core.sseq and sseq > st.delivered.stream_seq:
+                                continue  # not delivered yet: ignored, as by ``_ack``
+                            taken += 1
+                            if replicator is None:
+                                done = core.apply_ack(sseq, int(parts[2]))
+                                if done and notify:
+                                    for seq in done:
+                                        self.owner.consumer_ack(seq)
+                            else:
+                                entry = Acked(sseq, int(parts[2]))
+                                if not replicator.propose(entry):
+                                    self.refused((entry,))
+                                    continue  # not answered: the requester retries
+                            if reply is not None:
+                                replies.append(reply)
+                            continue
+                for i in range(b0, b1):
+                    self._on_ack(subject, reply, *split_body(lines[r], bodies[i]))
+        finally:
+            if taken:
+                core.last_ack_ns = now
+                self.changed()
+                if was_full and len(st.pending) < limit:
+                    self.kick()
+            if replies:
+                self._answer_acks(replies)
+        return starts[stop] - starts[first]
+
+    def _answer_acks(self, replies: list[str]) -> None:
+        """Answer acks sent as requests once the changes made so far are durable."""
+        if self.replicator is not None:
+            self.replicator.after_durable(functools.partial(self._acks_answered, replies))
+            return
+        batch = self._ack_replies
+        batch.extend(replies)
+        if len(batch) == len(replies) and self.queue is not None:
+            self.queue.after_durable(functools.partial(self._acks_answered, batch))
 
     def _apply_ack(self, body: bytes, sseq: int, dseq: int, reply: str | None, now: int) -> bool:
         """Carry out one ack message; True when it is answered (if sent as a request)."""

@@ -1,0 +1,151 @@
+"""Router.route_pubs with runs on different subjects that one sublist answer covers
+(JetStream acks: a subject per message): each subscriber and each route still gets every
+message with its own subject, in order, as when routed one by one."""
+
+from __future__ import annotations
+
+import random
+
+from jetraft.protocol.client import ClientParser, PubBatch
+from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.router import Router
+
+
+class Batches:
+    """A parser handler that keeps the batches."""
+
+    def __init__(self) -> None:
+        self.batches: list[PubBatch] = []
+
+    def on_pubs(self, batch: PubBatch) -> None:
+        self.batches.append(batch)
+
+    def on_connect(self, options: dict[str, object]) -> bool:
+        return False
+
+    def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
+    def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
+    def on_ping(self) -> None: ...
+    def on_pong(self) -> None: ...
+
+
+def parse(data: bytes) -> PubBatch:
+    h = Batches()
+    ClientParser(h).feed(data)
+    assert len(h.batches) == 1
+    return h.batches[0]
+
+
+class Sink:
+    """A local subscriber; records (sid, subject, reply, body) and the calls it got."""
+
+    closed = False
+    is_route = False
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, str, str | None, bytes]] = []
+        self.calls = 0
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        self.got.append((sub.sid, subject, reply, data))
+        return True
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        self.calls += 1
+        n = 0
+        for line, body in batch.messages(first, stop):
+            self.got.append((sub.sid, line[0], line[1], body))
+            n += 1
+        assert n == msgs and size == sum(len(b) for _, b in batch.messages(first, stop))
+        return n
+
+
+class RouteSink(Sink):
+    is_route = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.frames: list[list[tuple[str, str | None, bytes]]] = []
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        return False
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        return 0
+
+    def forward(
+        self, account: Account, subject: str, reply: str | None, hdr: bytes | None,
+        data: bytes, queues: object, route_by: str | None,
+    ) -> None:
+        self.frames.append([(subject, reply, data)])
+
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        frame = [(line[0], line[1], body) for line, body in batch.messages(first, stop)]
+        # A route frame carries one subject and one reply.
+        assert len({(s, r) for s, r, _ in frame}) == 1
+        self.frames.append(frame)
+
+
+class Publisher:
+    closed = False
+    echo = True
+    no_responders = False
+
+    def __init__(self, account: Account) -> None:
+        self.account = account
+
+    def enqueue(self, frame: bytes) -> None:
+        raise AssertionError("no notices expected")
+
+
+def _setup() -> tuple[Router, Account, Sink, Sink, RouteSink]:
+    router = Router(random.Random(1))
+    acct = Account("A")
+    consumer, user, route = Sink(), Sink(), RouteSink()
+    router.add_subscription(acct, Subscription(consumer, "$JS.ACK.S.C.>", None, "c"))
+    router.add_subscription(acct, Subscription(consumer, "$JS.ACK.S.D.>", None, "d"))
+    router.add_subscription(acct, Subscription(user, "$JS.ACK.>", None, "u"))
+    router.add_subscription(acct, Subscription(user, "$JS.ACK.S.D.1.26.>", None, "narrow"))
+    router.add_subscription(acct, Subscription(route, "$JS.ACK.S.>", None, "r"))
+    return router, acct, consumer, user, route
+
+
+def _acks() -> bytes:
+    out = []
+    for n in range(1, 40):
+        consumer = "D" if n % 13 == 0 else "C"
+        reply = f" _INBOX.x.{n}" if n % 5 == 0 else ""
+        body = b"+NAK" if n % 11 == 0 else b""
+        out.append(b"PUB $JS.ACK.S.%s.1.%d.%d.99.0%s %d\r\n%s\r\n" % (
+            consumer.encode(), n, n, reply.encode(), len(body), body))
+        if n == 20:
+            out.append(b"PUB other.subject 1\r\nx\r\n")
+    return b"".join(out)
+
+
+def test_ack_subjects_of_one_consumer_reach_everyone_as_one_by_one() -> None:
+    data = _acks()
+    router, acct, consumer, user, route = _setup()
+    router.route_pubs(Publisher(acct), acct, parse(data))
+    ref_router, ref_acct, ref_consumer, ref_user, ref_route = _setup()
+    ref = parse(data)
+    for r in range(len(ref.lines)):
+        ref_router.route_pubs(Publisher(ref_acct), ref_acct, PubBatch(
+            ref.lines[r : r + 1], [0, 1], ref.bodies[ref.starts[r] : ref.starts[r + 1]]))
+    assert consumer.got == ref_consumer.got
+    assert user.got == ref_user.got
+    assert [m for f in route.frames for m in f] == [m for f in ref_route.frames for m in f]
+    assert acct.stats == ref_acct.stats
+    assert len(consumer.got) == 39 and {g[0] for g in consumer.got} == {"c", "d"}
+    assert [g[1] for g in user.got if g[0] == "narrow"] == ["$JS.ACK.S.D.1.26.26.99.0"]
+    # Runs between the other consumer's acks and the other subject go in few calls: the
+    # consumer's acks are not handed over one by one.
+    assert consumer.calls < len(consumer.got) // 4
