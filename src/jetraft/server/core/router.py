@@ -251,6 +251,43 @@ class Router:
         stats.out_bytes += out_bytes
         return got
 
+    def route_deliveries(
+        self,
+        account: Account,
+        route_by: str,
+        items: Sequence[tuple[str, str | None, bytes | None, bytes]],
+    ) -> None:
+        """Messages (subject, reply, header block or None, payload) from a server component,
+        all routed by ``route_by`` and shown with their own subjects (a pull request's
+        JetStream deliveries): as ``route_message`` for each, matched once while the
+        interest stays as it was."""
+        sublist = account.sublist
+        gen = -1
+        plain: tuple[Subscription, ...] = ()
+        simple = False
+        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        for subject, reply, hdr, data in items:
+            if gen != sublist.generation:
+                match = sublist.match(route_by)
+                gen = sublist.generation
+                plain = match.plain
+                simple = not match.queues and not any(s.conn.is_route for s in plain)
+            if not simple:
+                self.route_message(None, account, subject, reply, hdr, data, route_by)
+                continue
+            size = len(data) if hdr is None else len(data) + len(hdr)
+            in_msgs += 1
+            in_bytes += size
+            for sub in plain:
+                if sub.conn.deliver(sub, subject, reply, hdr, data):
+                    out_msgs += 1
+                    out_bytes += size
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.

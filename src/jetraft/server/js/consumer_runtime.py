@@ -111,6 +111,10 @@ class ConsumerRuntime:
         self.replicator = replicator
         self.last_refused = False  # clustered: the group refused the last proposal
         self._route = self.env.router.route_message  # deliveries: see consumer_env.deliver_as
+        # A pull request's deliveries of one run, routed together (``_flush_outbox``) to
+        # ``_outbox_to``: (subject, ack reply, header block or None, payload).
+        self._outbox: list[tuple[str, str | None, bytes | None, bytes]] = []
+        self._outbox_to = ""
         self._account = self.env.account
         self._first_wait_ns = _first_wait_ns(core.cfg)
         # One server: the state file's commit queue (None when the state is not persisted).
@@ -299,19 +303,22 @@ class ConsumerRuntime:
         pull = not self.cfg.is_push
         reqs = self.waitq.reqs
         replay = self.cfg.replay_policy == "original"
-        while sent < RUN_BUDGET and (reqs if pull else self._can_send()):
-            step = core.next_step(src)
-            if step is None:
-                break
-            if not isinstance(step, Candidate):
-                self.propose(step)
-                continue
-            if replay and self._replay_wait(step, now):
-                return
-            if not self._deliver(step, now):
-                break
-            sent += 1
-            reqs = self.waitq.reqs  # take() may replace the list
+        try:
+            while sent < RUN_BUDGET and (reqs if pull else self._can_send()):
+                step = core.next_step(src)
+                if step is None:
+                    break
+                if not isinstance(step, Candidate):
+                    self.propose(step)
+                    continue
+                if replay and self._replay_wait(step, now):
+                    return
+                if not self._deliver(step, now):
+                    break
+                sent += 1
+                reqs = self.waitq.reqs  # take() may replace the list
+        finally:
+            self._flush_outbox()
         if sent >= RUN_BUDGET:
             self.kick()
             return
@@ -372,7 +379,13 @@ class ConsumerRuntime:
         self.propose(Delivered(dseq, sseq, cand.dc, now))
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
-        n = self._route(None, self._account, subject, reply, hdr, data, dsubj)
+        if push:
+            n = self._route(None, self._account, subject, reply, hdr, data, dsubj)
+        else:
+            if dsubj != self._outbox_to:
+                self._flush_outbox()
+                self._outbox_to = dsubj
+            self._outbox.append((subject, reply, hdr, data))
         self.last_sent_ns = now
         self.last_activity_ns = now
         if push:
@@ -404,7 +417,14 @@ class ConsumerRuntime:
         return known
 
     def _send_status(self, st: Status) -> None:
+        self._flush_outbox()  # after the deliveries before it
         self.client.publish(st.reply, b"", None, st.hdr)
+
+    def _flush_outbox(self) -> None:
+        out = self._outbox
+        if out:
+            self._outbox = []
+            self.env.router.route_deliveries(self._account, self._outbox_to, out)
 
     def _paused(self) -> bool:
         pause = self.cfg.pause_until
@@ -656,10 +676,11 @@ class ConsumerRuntime:
                     and subject.startswith(prefix)
                 ):
                     body = bodies[b0]
-                    if not body or body == b"+ACK" or body == b"+OK":
+                    rest = subject[cut:]
+                    if (not body or body == b"+ACK" or body == b"+OK") and rest.isascii():
                         # Our own v1 ack subjects: <dc>.<sseq>.<dseq>.<ts>.<pending>.
-                        parts = subject[cut:].split(".")
-                        if len(parts) == 5 and _ascii_digits(parts[1]) and _ascii_digits(parts[2]):
+                        parts = rest.split(".")
+                        if len(parts) == 5 and parts[1].isdigit() and parts[2].isdigit():
                             sseq = int(parts[1])
                             if sseq >= core.sseq and sseq > st.delivered.stream_seq:
                                 continue  # not delivered yet: ignored, as by ``_ack``
