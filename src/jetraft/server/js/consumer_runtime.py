@@ -224,10 +224,12 @@ class ConsumerRuntime:
 
     # --- proposing ------------------------------------------------------------------------
 
-    def propose(self, entry: Entry, notify: bool = True) -> list[int]:
+    def propose(self, entry: Entry, notify: bool = True, touch: bool = True) -> list[int]:
         """Apply a replicated entry (single server: locally) and carry out its effects.
 
-        ``notify``: tell the stream about sequences we no longer need (retention)."""
+        ``notify``: tell the stream about sequences we no longer need (retention);
+        ``touch``: tell the commits of the change now (else the caller does, once for many:
+        a delivery run)."""
         if self.replicator is not None:
             # Clustered: applied when committed (see ``applied``); only the cursor moves now,
             # so the next delivery does not repeat this one.
@@ -237,10 +239,12 @@ class ConsumerRuntime:
             self.last_refused = not self.replicator.propose(entry)
             if self.last_refused:
                 self.refused((entry,))
-            self.changed()
+            if touch:
+                self.changed()
             return []
         done = self.core.apply(entry)
-        self.changed()
+        if touch:
+            self.changed()
         if done and notify and self.owner.retention != "limits":
             for seq in done:
                 self.owner.consumer_ack(seq)
@@ -318,6 +322,8 @@ class ConsumerRuntime:
                 sent += 1
                 reqs = self.waitq.reqs  # take() may replace the list
         finally:
+            if sent:
+                self.changed()  # the deliveries' commit (``_deliver`` leaves it to us)
             self._flush_outbox()
         if sent >= RUN_BUDGET:
             self.kick()
@@ -376,7 +382,7 @@ class ConsumerRuntime:
                 core.requeue(cand)
                 return False
             dsubj = wr.reply
-        self.propose(Delivered(dseq, sseq, cand.dc, now))
+        self.propose(Delivered(dseq, sseq, cand.dc, now), touch=False)
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
         if push:
