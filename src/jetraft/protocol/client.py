@@ -160,6 +160,9 @@ class EventCollector:
 
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _PUB_CACHE_MAX = 1024
+# Subjects that are each published once (JetStream ack subjects carry the message's
+# sequence numbers): their lines are parsed every time, never cached.
+_UNIQUE_PREFIX = "$JS.ACK."
 
 
 def _size(tok: bytes) -> int:
@@ -208,6 +211,9 @@ def _plain_pub(line: bytes) -> PubLine | None:
     the line's own bytes reused as the MSG tail. None for anything else (``_pub_args`` then
     decides). Unique subjects (JetStream acks, one per message) miss the line cache, so this
     runs once per such publish."""
+    # Tab, CR, VT and FF separate tokens too (bytes.split); int membership is a memchr.
+    if 9 in line or 13 in line or 11 in line or 12 in line:
+        return None
     args = line.split(b" ")
     k = len(args)
     if k == 3:
@@ -442,6 +448,10 @@ class ClientParser:
             parsed = plain if plain is not None else _pub_args(line[4:], False)
         if parsed[2] > self._max_payload:
             raise ProtocolError(ERR_MAX_PAYLOAD)
+        if parsed[0].startswith(_UNIQUE_PREFIX):
+            # A JetStream ack: its subject is used once, so remembering the line or the
+            # name would only push out lines that do repeat.
+            return parsed
         cache = self._pub_cache
         names = self._names
         if len(cache) >= _PUB_CACHE_MAX:

@@ -263,3 +263,44 @@ def test_repeated_lines_parse_alike_at_any_split(
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     got = [ev for ev in parse(chunks) if isinstance(ev, Pub)]
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"PUB foo 5",
+        b"PUB foo.bar _INBOX.1 0",
+        b"pub foo r 12",
+        b"PUB foo\tbar 5",  # a tab separates subject and reply
+        b"PUB foo bar\t5",
+        b"PUB\tfoo 5",
+        b"PUB foo  5",  # two spaces
+        b"PUB foo 05",  # the MSG line says 5
+        b"PUB foo 0",
+        b"PUB f\xc3\xa9 r\xc3\xa9 3",  # UTF-8 names
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7 4",
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7 _INBOX.x.1 4",
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7\x0b_INBOX.x.1 4",
+    ],
+)
+def test_publish_lines_parse_alike_whatever_the_spacing(line: bytes) -> None:
+    """Every way of writing a PUB line gives the publish its tokens say, and a subscriber's
+    MSG line with the canonical size; the same line twice in a row (or an ack subject,
+    which is never cached) parses the same the second time."""
+    *_, size = line.split()
+    n = int(size)
+    frame = line + b"\r\n" + b"x" * n + b"\r\n"
+    h = EventCollector()
+    ClientParser(h).feed(frame * 2)
+    args = line.split()[1:]
+    subject, reply = args[0].decode(), (args[1].decode() if len(args) == 3 else None)
+    assert h.events == [Pub(subject, reply, None, b"x" * n)] * 2
+    lines: list[tuple[object, ...]] = []
+
+    class Lines(EventCollector):
+        def on_pubs(self, batch: PubBatch) -> None:
+            lines.extend(batch.lines)
+
+    ClientParser(Lines()).feed(frame * 2)
+    tail = (f" {reply}" if reply else "") + f" {n}\r\n"
+    assert {line[4] for line in lines} == {tail.encode()}
