@@ -149,3 +149,49 @@ def test_ack_subjects_of_one_consumer_reach_everyone_as_one_by_one() -> None:
     # Runs between the other consumer's acks and the other subject go in few calls: the
     # consumer's acks are not handed over one by one.
     assert consumer.calls < len(consumer.got) // 4
+
+
+class Once(Sink):
+    """Unsubscribes its subscription after the first message (interest changes midway)."""
+
+    def __init__(self, router: Router, acct: Account) -> None:
+        super().__init__()
+        self.router, self.acct = router, acct
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        super().deliver(sub, subject, reply, hdr, data)
+        self.router.remove_subscription(self.acct, sub)
+        return True
+
+
+def _inbox_setup() -> tuple[Router, Account, Sink, RouteSink, Sink]:
+    router = Router(random.Random(1))
+    acct = Account("A")
+    client, route, queued = Sink(), RouteSink(), Sink()
+    router.add_subscription(acct, Subscription(client, "_INBOX.pull", None, "1"))
+    router.add_subscription(acct, Subscription(route, "_INBOX.remote", None, "r"))
+    router.add_subscription(acct, Subscription(queued, "_INBOX.q", "grp", "q"))
+    router.add_subscription(acct, Subscription(Once(router, acct), "_INBOX.once", None, "o"))
+    return router, acct, client, route, queued
+
+
+def test_deliveries_to_one_inbox_reach_it_as_one_by_one() -> None:
+    """A pull request's deliveries (each with its own subject and ack reply, routed by the
+    request's inbox): local, remote, queue and vanishing interest as route_message."""
+    items = [(f"s.{n}", f"$JS.ACK.S.C.1.{n}.{n}.9.0", None if n % 3 else b"NATS/1.0\r\n\r\n",
+              b"m%d" % n) for n in range(8)]
+    for inbox in ("_INBOX.pull", "_INBOX.remote", "_INBOX.q", "_INBOX.once", "_INBOX.none"):
+        router, acct, client, route, queued = _inbox_setup()
+        router.route_deliveries(acct, inbox, items)
+        ref_router, ref_acct, ref_client, ref_route, ref_queued = _inbox_setup()
+        for subject, reply, hdr, data in items:
+            ref_router.route_message(None, ref_acct, subject, reply, hdr, data, route_by=inbox)
+        assert client.got == ref_client.got
+        assert route.frames == ref_route.frames
+        assert queued.got == ref_queued.got
+        assert acct.stats == ref_acct.stats
+    router, acct, client, *_ = _inbox_setup()
+    router.route_deliveries(acct, "_INBOX.pull", items)
+    assert [(g[1], g[2]) for g in client.got] == [(s, r) for s, r, _, _ in items]
