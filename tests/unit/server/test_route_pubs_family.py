@@ -89,9 +89,12 @@ class RouteSink(Sink):
 
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
         frame = [(line[0], line[1], body) for line, body in batch.messages(first, stop)]
-        # A route frame carries one subject and one reply.
+        # A MSGS frame carries one subject and one reply.
         assert len({(s, r) for s, r, _ in frame}) == 1
         self.frames.append(frame)
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        self.frames.append([(ln[0], ln[1], body) for ln, body in batch.messages(first, stop)])
 
 
 class Publisher:
@@ -148,6 +151,26 @@ def test_ack_subjects_of_one_consumer_reach_everyone_as_one_by_one() -> None:
     assert [g[1] for g in user.got if g[0] == "narrow"] == ["$JS.ACK.S.D.1.26.26.99.0"]
     # Runs between the other consumer's acks and the other subject go in few calls: the
     # consumer's acks are not handed over one by one.
+    assert consumer.calls < len(consumer.got) // 4
+    # The peer gets them in few frames too (a PUBS frame carries runs on many subjects).
+    assert len(route.frames) < len(ref_route.frames) // 4
+
+
+def test_a_group_from_a_route_reaches_local_subscribers_as_one_by_one() -> None:
+    """What a PUBS frame brings (runs on many subjects) goes to the local plain subscribers
+    as if each message had come alone, never back to a route."""
+    data = _acks()
+    router, acct, consumer, user, route = _setup()
+    router.deliver_pubs_from_route(acct, parse(data))
+    ref_router, ref_acct, ref_consumer, ref_user, _ = _setup()
+    ref = parse(data)
+    for r in range(len(ref.lines)):
+        ref_router.deliver_pubs_from_route(ref_acct, PubBatch(
+            ref.lines[r : r + 1], [0, 1], ref.bodies[ref.starts[r] : ref.starts[r + 1]]))
+    assert consumer.got == ref_consumer.got and len(consumer.got) == 39
+    assert user.got == ref_user.got
+    assert route.frames == []
+    assert acct.stats == ref_acct.stats
     assert consumer.calls < len(consumer.got) // 4
 
 

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
-from jetraft.protocol.client import PubBatch, split_body
+from jetraft.protocol.client import PubBatch, PubLine, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
-from jetraft.server.core.sublist import Match
+from jetraft.server.core.sublist import Match, SubList
 
 
 class Publisher(Protocol):
@@ -60,6 +60,12 @@ class RouteSubscriber(Subscriber, Protocol):
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
         """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject with
         one reply) for the peer's plain subscribers (no queue groups)."""
+        ...
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs ``first`` to ``stop`` of a batch (client publishes whose subjects and
+        replies may differ: a group of ``Router.route_pubs``) for the peer's plain
+        subscribers (no queue groups), in order."""
         ...
 
     def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
@@ -312,23 +318,7 @@ class Router:
         one_by_one = 0  # bytes routed (and counted) by the calls for single requests
         while r < runs and not sender.closed:
             line = lines[r]
-            subject = line[0]
-            q = r + 1
-            while q < runs and lines[q][0] is subject:
-                q += 1
-            if q < runs:
-                # Runs on other subjects follow (JetStream acks: a subject per message).
-                # Those that the same answer covers (see ``SubList.match_prefix``) join.
-                match, stem = sublist.match_prefix(subject)
-                if stem is not None:
-                    cut = len(stem)
-                    while q < runs:
-                        nxt = lines[q][0]
-                        if len(nxt) <= cut or not nxt.startswith(stem):
-                            break
-                        q += 1
-            else:
-                match = sublist.match(subject)
+            match, q = _group(sublist, lines, r)
             k = starts[q] - starts[r]
             notices = no_responders and any(lines[x][1] is not None for x in range(r, q))
             if notices and k > 1 and match.queues:
@@ -360,7 +350,7 @@ class Router:
             elif routed:
                 # Plain interest only: each route gets the whole group at once.
                 for route in {s.conn: None for s in match.plain if s.conn.is_route}:
-                    _forward_by_reply(cast(RouteSubscriber, route), account, batch, r, q)
+                    cast(RouteSubscriber, route).forward_runs(account, batch, r, q)
                     got += k
                     out_bytes += size
                 covered = k
@@ -416,22 +406,31 @@ class Router:
         stats.out_bytes += out_bytes
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
-        """Deliver a group of client publishes on one subject that another server routed
-        here (``RouteSubscriber.forward_run``): local plain subscribers only."""
-        runs = len(batch.lines)
-        k = len(batch.bodies)
-        size = batch.lines[0][2] * k if runs == 1 else sum(map(len, batch.bodies))
+        """Deliver client publishes that another server routed here
+        (``RouteSubscriber.forward_run``/``forward_runs``): local plain subscribers only,
+        in groups as ``route_pubs`` makes them."""
+        lines, starts = batch.lines, batch.starts
+        runs = len(lines)
+        sublist = account.sublist
+        in_msgs = in_bytes = got = out_bytes = 0
+        r = 0
+        while r < runs:
+            match, q = _group(sublist, lines, r)
+            k = starts[q] - starts[r]
+            size = sum(map(len, batch.bodies[starts[r] : starts[q]]))
+            in_msgs += k
+            in_bytes += size
+            for sub in match.plain:
+                conn = sub.conn
+                if not conn.is_route:
+                    g = conn.deliver_run(sub, batch, r, q, k, size)
+                    if g:
+                        got += g
+                        out_bytes += size if g == k else _leading_bytes(batch, r, g)
+            r = q
         stats = account.stats
-        stats.in_msgs += k
-        stats.in_bytes += size
-        got = out_bytes = 0
-        for sub in account.sublist.match(batch.lines[0][0]).plain:
-            conn = sub.conn
-            if not conn.is_route:
-                g = conn.deliver_run(sub, batch, 0, runs, k, size)
-                if g:
-                    got += g
-                    out_bytes += size if g == k else _leading_bytes(batch, 0, g)
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
         stats.out_msgs += got
         stats.out_bytes += out_bytes
         return got
@@ -544,20 +543,29 @@ class Router:
                 return
 
 
-def _forward_by_reply(
-    route: RouteSubscriber, account: Account, batch: PubBatch, first: int, stop: int
-) -> None:
-    """Runs ``first`` to ``stop`` to a route, one frame per stretch of runs with one subject
-    and one reply subject (a route frame carries one of each)."""
-    lines = batch.lines
-    a = first
-    while a < stop:
-        subject, reply = lines[a][0], lines[a][1]
-        b = a + 1
-        while b < stop and lines[b][1] is reply and lines[b][0] is subject:
-            b += 1
-        route.forward_run(account, batch, a, b)
-        a = b
+def _group(
+    sublist: SubList[Subscription], lines: list[PubLine], first: int
+) -> tuple[Match[Subscription], int]:
+    """The runs from ``first`` on that one sublist answer covers, and that answer: (match,
+    the run after them). Consecutive runs on one subject, and then, when runs on other
+    subjects follow (JetStream acks: a subject per message), those with the same stem
+    (see ``SubList.match_prefix``)."""
+    runs = len(lines)
+    subject = lines[first][0]
+    q = first + 1
+    while q < runs and lines[q][0] is subject:
+        q += 1
+    if q == runs:
+        return sublist.match(subject), q
+    match, stem = sublist.match_prefix(subject)
+    if stem is not None:
+        cut = len(stem)
+        while q < runs:
+            nxt = lines[q][0]
+            if len(nxt) <= cut or not nxt.startswith(stem):
+                break
+            q += 1
+    return match, q
 
 
 def _leading_bytes(batch: PubBatch, run: int, count: int) -> int:
