@@ -172,9 +172,19 @@ def _size(tok: bytes) -> int:
     return int(tok)
 
 
+_SEPARATORS = bytes.maketrans(b"\t\r\n", b"   ")
+
+
+def split_args(raw: bytes) -> list[bytes]:
+    """A protocol line's arguments, split where nats-server splits them: on spaces, tabs,
+    CR and LF. ``bytes.split()`` also splits on VT and FF, which nats-server keeps inside
+    a token (a subject may hold them: a consumer named so is asked for by its name)."""
+    return [a for a in raw.translate(_SEPARATORS).split(b" ") if a]
+
+
 def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
     """The parsed arguments of PUB/HPUB (see ``PubLine``)."""
-    args = args_raw.split()
+    args = split_args(args_raw)
     hdr_len = -1
     try:
         if with_headers:
@@ -211,8 +221,8 @@ def _plain_pub(line: bytes) -> PubLine | None:
     the line's own bytes reused as the MSG tail. None for anything else (``_pub_args`` then
     decides). Unique subjects (JetStream acks, one per message) miss the line cache, so this
     runs once per such publish."""
-    # Tab, CR, VT and FF separate tokens too (bytes.split); int membership is a memchr.
-    if 9 in line or 13 in line or 11 in line or 12 in line:
+    # Tabs and CR separate tokens too (split_args); int membership is a memchr.
+    if 9 in line or 13 in line:
         return None
     args = line.split(b" ")
     k = len(args)
@@ -499,7 +509,7 @@ class ClientParser:
         op, _, rest = line.strip().partition(b" ")
         op = op.upper()
         if op == b"SUB" or op4 == b"SUB\t":
-            args = (rest if op == b"SUB" else line[4:]).split()
+            args = split_args(rest if op == b"SUB" else line[4:])
             try:
                 if len(args) == 2:
                     h.on_sub(args[0].decode(), None, args[1].decode())
@@ -517,7 +527,7 @@ class ClientParser:
                 raise ProtocolError(ERR_UNKNOWN_OP) from None
             return h.on_connect(options)
         if op == b"UNSUB":
-            args = rest.split()
+            args = split_args(rest)
             try:
                 if len(args) == 1:
                     h.on_unsub(args[0].decode(), None)
