@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 
@@ -65,3 +67,24 @@ def cpu_seconds(pid: int) -> float:
     fields = stat[stat.rindex(")") + 2 :].split()  # the command name may contain spaces
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+class Profiler:
+    """``py-spy record`` attached to one server process (raw collapsed stacks)."""
+
+    def __init__(self, out_dir: str | None, label: str, pid: int, seconds: float) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        if not out_dir:
+            return
+        os.makedirs(out_dir, exist_ok=True)
+        exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
+        path = os.path.join(out_dir, f"{label}.txt")
+        cmd = [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
+        cmd += ["--duration", str(int(seconds) + 1), "--nonblocking", "-o", path]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.5)  # py-spy needs a moment to attach
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
+            self.proc.wait(30)

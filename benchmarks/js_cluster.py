@@ -3,7 +3,7 @@
     python -m benchmarks.js_cluster [--sections publish,consume,failover,start,idle]
         [--run-s S] [--consume-msgs N] [--kills K] [--starts S]
         [--streams N] [--idle-s S] [--only jetraft|nats-server|nats-server-always]
-        [--py-spy DIR]
+        [--consume-on leader|other] [--py-spy DIR]
 
 Clusters (``benchmarks.cluster_common``): three servers on a loopback address of this run,
 the same config for both (only the binary differs); jetraft fsyncs before every PubAck,
@@ -13,8 +13,9 @@ nats-server runs with its default (lazy sync) and with ``sync_interval: always``
   another server (for R3 a follower replica); sync = one publish in flight, async = a window
   of W per connection over P connections (``benchmarks.js_publish.drive``).
 * consume: an R3 stream filled with N messages, a durable pull consumer with explicit acks,
-  the client on the consumer's leader (``benchmarks.js_consume.measure``: two pulls of 256
-  outstanding, every message acked, stops when the ack floor covers N).
+  the client on the consumer's leader, or with ``--consume-on other`` on another server
+  (pulls, deliveries and acks then cross a route) (``benchmarks.js_consume.measure``: two
+  pulls of 256 outstanding, every message acked, stops when the ack floor covers N).
 * failover: a client on a follower publishes (one request in flight, Nats-Msg-Id, retried
   on timeout/503); the stream leader gets SIGKILL; the gap is the time from the last ack
   before the kill to the first ack after it; the killed server is restarted and the stream
@@ -33,11 +34,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +44,7 @@ from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeout
 
 from benchmarks.cluster_common import KINDS, BenchCluster, ClusterNode, js_info_ok
-from benchmarks.common import cpu_seconds, load_summary, machine_summary
+from benchmarks.common import Profiler, cpu_seconds, load_summary, machine_summary
 from benchmarks.js_consume import CONSUMER
 from benchmarks.js_consume import measure as measure_consume
 from benchmarks.js_publish import Scenario, drive, drive_counts
@@ -93,27 +90,6 @@ async def leader_of(cl: BenchCluster, stream: str, consumer: str = "") -> Cluste
         finally:
             await nc.close()
     raise RuntimeError("no server is running")
-
-
-class Profiler:
-    """``py-spy record`` attached to one server process (raw collapsed stacks)."""
-
-    def __init__(self, out_dir: str | None, label: str, pid: int, seconds: float) -> None:
-        self.proc: subprocess.Popen[bytes] | None = None
-        if not out_dir:
-            return
-        os.makedirs(out_dir, exist_ok=True)
-        exe = os.path.join(os.path.dirname(sys.executable), "py-spy")
-        path = os.path.join(out_dir, f"{label}.txt")
-        cmd = [exe, "record", "--pid", str(pid), "--format", "raw", "--rate", "200"]
-        cmd += ["--duration", str(int(seconds) + 1), "--nonblocking", "-o", path]
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(0.5)  # py-spy needs a moment to attach
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)  # py-spy writes what it has on SIGINT
-            self.proc.wait(30)
 
 
 async def delete_stream(cl: BenchCluster, name: str) -> None:
@@ -189,15 +165,19 @@ def consume_section(cl: BenchCluster, args: argparse.Namespace, res: Results) ->
     # The consumer's leader first, then the other servers.
     order = [node] + [x for x in cl.nodes if x.pid != node.pid]
     before = [cpu_seconds(x.pid) for x in order]
+    # The client on the consumer's leader, or (--consume-on other) on another server: its
+    # pulls, the deliveries and its acks then cross a route.
+    client = node if args.consume_on == "leader" else order[1]
     try:
-        rate = measure_consume(node.port, n, args.batch, host=node.host, stream=stream)
+        rate = measure_consume(client.port, n, args.batch, host=client.host, stream=stream)
     finally:
         if prof is not None:
             prof.stop()
     cpu = [1e6 * (cpu_seconds(x.pid) - b) / n for x, b in zip(order, before, strict=True)]
     res.consume[cl.kind] = rate
     res.consume_cpu[cl.kind] = cpu
-    print(f"  {cl.kind} R3 pull consume + acks: {rate:,.0f} msg/s, CPU us/msg "
+    print(f"  {cl.kind} R3 pull consume + acks (client on the consumer's "
+          f"{'leader' if client is node else 'follower'}): {rate:,.0f} msg/s, CPU us/msg "
           f"(consumer leader/other/other) {fmt_list(cpu, 0)}", flush=True)
 
 
@@ -366,6 +346,8 @@ def main() -> None:
     ap.add_argument("--window", type=int, default=256, help="async publishes in flight")
     ap.add_argument("--pubs", type=int, default=2, help="async publisher connections")
     ap.add_argument("--batch", type=int, default=256, help="pull batch")
+    ap.add_argument("--consume-on", choices=["leader", "other"], default="leader",
+                    help="consume: the client's server")
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--starts", type=int, default=3, help="extra start-to-ready rounds")
     ap.add_argument("--streams", type=int, default=200)

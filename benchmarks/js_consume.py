@@ -1,7 +1,7 @@
 """JetStream pull-consume with acks, jetraft beside nats-server, same load generator.
 
     python -m benchmarks.js_consume [--msgs N] [--batch B] [--only jetraft|nats-server]
-                                    [--sync-acks]
+                                    [--sync-acks] [--rounds R] [--py-spy DIR]
 
 Setup (not timed): a file-storage stream is filled with N messages and a durable pull
 consumer with explicit acks is created. Timed: one raw-socket client keeps two pull requests
@@ -22,12 +22,21 @@ import contextlib
 import json
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from benchmarks.common import free_port, machine_summary, nats_server_binary, wait_port
+from benchmarks.common import (
+    Profiler,
+    cpu_seconds,
+    free_port,
+    load_summary,
+    machine_summary,
+    nats_server_binary,
+    wait_port,
+)
 
 STREAM = "BENCH"
 SUBJECT = "bench.js"
@@ -201,14 +210,31 @@ async def wait_acked(port: int, n: int, host: str = "127.0.0.1", stream: str = S
     await nc.close()
 
 
-def run(kind: str, n: int, size: int, batch: int, sync_acks: bool = False) -> float:
+def run(
+    kind: str,
+    n: int,
+    size: int,
+    batch: int,
+    sync_acks: bool = False,
+    py_spy: str | None = None,
+) -> tuple[float, float]:
+    """One server, filled and consumed: (messages per second, the server's CPU
+    microseconds per message during the timed part)."""
     with tempfile.TemporaryDirectory(prefix="jsbench-") as store:
         port = free_port()
         proc = start_server(kind, port, store)
+        prof = None
         try:
             asyncio.run(setup(port, n, size))
-            return measure(port, n, batch, sync_acks)
+            if py_spy and kind == "jetraft":
+                label = f"consume-{size}{'-sync' if sync_acks else ''}"
+                prof = Profiler(py_spy, label, proc.pid, 120)
+            cpu0 = cpu_seconds(proc.pid)
+            rate = measure(port, n, batch, sync_acks)
+            return rate, 1e6 * (cpu_seconds(proc.pid) - cpu0) / n
         finally:
+            if prof is not None:
+                prof.stop()
             proc.terminate()
             proc.wait(10)
 
@@ -235,22 +261,37 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--only", choices=["jetraft", "nats-server"])
     ap.add_argument("--sync-acks", action="store_true", help="acks as requests (ack_sync)")
+    ap.add_argument("--rounds", type=int, default=1, help="runs of each server per size")
+    ap.add_argument("--py-spy", metavar="DIR", help="profile jetraft into DIR (raw stacks)")
     args = ap.parse_args()
     kinds = [args.only] if args.only else ["jetraft", "nats-server"]
-    table: dict[int, dict[str, float]] = {}
-    for size in SIZES:
-        for kind in kinds:
-            rate = run(kind, args.msgs, size, args.batch, args.sync_acks)
-            table.setdefault(size, {})[kind] = rate
+    # size -> kind -> [(rate, cpu us/msg)] of each round; the servers alternate.
+    table: dict[int, dict[str, list[tuple[float, float]]]] = {}
+    loads = [load_summary()]
+    for _ in range(args.rounds):
+        for size in SIZES:
+            for kind in kinds:
+                got = run(kind, args.msgs, size, args.batch, args.sync_acks, args.py_spy)
+                table.setdefault(size, {}).setdefault(kind, []).append(got)
+        loads.append(load_summary())
     print(machine_summary())
+    print("load: " + " | ".join(loads))
     acks = "acks as requests (confirmed)" if args.sync_acks else "plain acks"
-    print(f"pull consume + {acks}, {args.msgs} msgs, batch {args.batch}, file storage")
-    print(f"{'payload':<10}{'jetraft msg/s':>16}{'nats-server msg/s':>20}{'ratio':>8}")
+    print(f"pull consume + {acks}, {args.msgs} msgs, batch {args.batch}, file storage "
+          f"({args.rounds} round(s): median rate, server CPU per message)")
+    print(f"{'payload':<10}{'jetraft msg/s':>16}{'nats-server msg/s':>20}{'ratio':>8}"
+          f"{'jetraft us/msg':>16}{'nats us/msg':>13}")
     for size in SIZES:
         row = table[size]
-        j, g = row.get("jetraft", 0.0), row.get("nats-server", 0.0)
+        j = statistics.median(r for r, _ in row.get("jetraft", [(0.0, 0.0)]))
+        g = statistics.median(r for r, _ in row.get("nats-server", [(0.0, 0.0)]))
+        jc = statistics.median(c for _, c in row.get("jetraft", [(0.0, 0.0)]))
+        gc = statistics.median(c for _, c in row.get("nats-server", [(0.0, 0.0)]))
         ratio = f"{j / g:.2f}" if j and g else "-"
-        print(f"{size:<10}{j:>16,.0f}{g:>20,.0f}{ratio:>8}")
+        print(f"{size:<10}{j:>16,.0f}{g:>20,.0f}{ratio:>8}{jc:>16.1f}{gc:>13.1f}")
+        if args.rounds > 1 and len(kinds) == 2:
+            pairs = zip(row["jetraft"], row["nats-server"], strict=True)
+            print(f"{'':<10}per round: " + " ".join(f"{a[0] / b[0]:.2f}" for a, b in pairs))
 
 
 if __name__ == "__main__":

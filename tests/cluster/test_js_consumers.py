@@ -13,6 +13,7 @@ import pytest
 
 from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import Cluster, wait_until
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -217,3 +218,66 @@ async def test_ordered_consumer_and_ephemerals(shared_cluster: Cluster) -> None:
     assert seen == list(range(25))
     await sub.unsubscribe()
     await nc.close()
+
+
+async def test_a_burst_of_acks_from_another_server_takes_effect(shared_cluster: Cluster) -> None:
+    """A client on a server that does not lead the consumer acks a whole fetch in one write
+    (plain acks and acks sent as requests): the acks cross the route together, every one
+    takes effect, each request is answered once, and a client on the third server
+    subscribed to every ack subject sees each ack once, in order."""
+    cl = shared_cluster
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[0])
+    js = admin.jetstream()
+    await js.add_stream(name="BURST", subjects=["burst.>"], num_replicas=3)
+    for i in range(60):
+        await js.publish("burst.x", b"%d" % i)
+    await js.add_consumer("BURST", durable_name="c", ack_policy="explicit", ack_wait=30)
+    leader = await _consumer_leader(admin, "BURST", "c")
+    client_node, spy_node = [n for n in cl.nodes if n.name != leader]
+    spy = await cl.connect(spy_node)
+    seen: list[str] = []
+
+    async def on_ack(msg: nats.aio.msg.Msg) -> None:
+        seen.append(msg.subject)
+
+    await spy.subscribe("$JS.ACK.BURST.>", cb=on_ack)
+    await spy.flush()
+    nc = await cl.connect(client_node)
+
+    async def interest_arrived() -> bool:
+        # The spy's interest travels over the routes: probe until it gets one.
+        await nc.publish("$JS.ACK.BURST.probe.1", b"")
+        await nc.flush()
+        await asyncio.sleep(0.05)
+        return "$JS.ACK.BURST.probe.1" in seen
+
+    await wait_until(interest_arrived, 10, "the spy's interest")
+    seen.clear()
+    psub = await nc.jetstream().pull_subscribe("burst.>", durable="c")
+    msgs = await psub.fetch(60, timeout=5)
+    assert len(msgs) == 60
+    raw = await RawClient.connect(client_node.host, client_node.port)
+    await raw.send(b"SUB _INBOX.acked.* 1\r\n")
+    await raw.ping()
+    frames = []
+    for i, m in enumerate(msgs):
+        reply = f" _INBOX.acked.{i}" if i % 10 == 0 else ""
+        frames.append(f"PUB {m.reply}{reply} 0\r\n\r\n".encode())
+    await raw.send(b"".join(frames))
+    answers = await raw.read_frames(6)
+    want = [f"_INBOX.acked.{i}" for i in range(0, 60, 10)]
+    assert sorted(f.subject for f in answers) == sorted(want)
+
+    async def all_acked() -> bool:
+        info = await nc.jetstream().consumer_info("BURST", "c")
+        return info.ack_floor.stream_seq == 60 and info.num_ack_pending == 0
+
+    await wait_until(all_acked, 10, "every ack to take effect")
+    await wait_until(lambda: len(seen) >= 60, 10, "the spy to see every ack")
+    await raw.ping()  # no second answer
+    await spy.flush()
+    assert seen == [m.reply for m in msgs]  # each once, in order
+    await raw.close()
+    for c in (spy, nc, admin):
+        await c.close()

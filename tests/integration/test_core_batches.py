@@ -79,3 +79,31 @@ async def test_requests_with_their_own_replies_in_one_read_get_notices_only_when
         await me.ping()  # nothing more: no notice for a request that was taken
     for c in (plain, queue, me):
         await c.close()
+
+
+async def test_a_burst_on_many_subjects_of_one_family_is_framed_with_each_subject(
+    server: Server,
+) -> None:
+    """Publishes on a subject each (as JetStream acks are) that one wildcard subscription
+    covers are routed together; every frame still carries its own subject, reply and body,
+    auto-unsubscribe still stops where it should, and a subscription on a literal subject
+    of another family gets only its own."""
+    port = server.client_port
+    sub = await RawClient.connect("127.0.0.1", port, headers=True)
+    await sub.send(b"SUB fam.> 1\r\nSUB fam.> 2\r\nUNSUB 2 50\r\nSUB other.9.x 3\r\n")
+    await sub.ping()
+    pub = await RawClient.connect("127.0.0.1", port, headers=True)
+    subjects = [f"{'other' if n % 9 == 0 else 'fam'}.{n}.x" for n in range(60)]
+    msgs = [m for m in burst(subjects) if m.subject != "burst.other"]
+    await pub.send(encode(msgs))
+    await pub.ping()
+    want = {
+        "1": expected(msgs, "1", lambda s: s.startswith("fam.")),
+        "2": expected(msgs, "2", lambda s: s.startswith("fam."), limit=50),
+        "3": expected(msgs, "3", lambda s: s == "other.9.x"),
+    }
+    got = by_sid(await sub.read_frames(sum(map(len, want.values()))))
+    assert got == want
+    await sub.ping()  # nothing more
+    for c in (sub, pub):
+        await c.close()

@@ -416,20 +416,23 @@ class ConsumerCore:
         return []
 
     def _apply_acked(self, e: Acked) -> list[int]:
+        return self.apply_ack(e.sseq, e.dseq)
+
+    def apply_ack(self, sseq: int, dseq: int) -> list[int]:
+        """What applying ``Acked(sseq, dseq, term)`` does (``term`` changes nothing here),
+        without making the entry: a single server's acks, which are applied at once."""
         st = self.state
         policy = self.cfg.ack_policy
         if policy == "none":
             return []
         if self._rdq_set:
-            self._rdq_discard(e.sseq)
+            self._rdq_discard(sseq)
         if st.redelivered:
-            st.redelivered.pop(e.sseq, None)
-        if e.dseq <= st.ack_floor.consumer_seq and policy == "all":
-            return []
+            st.redelivered.pop(sseq, None)
         if policy == "all":
-            if e.sseq <= st.ack_floor.stream_seq:
+            if dseq <= st.ack_floor.consumer_seq or sseq <= st.ack_floor.stream_seq:
                 return []
-            done = [s for s in st.pending if s <= e.sseq]
+            done = [s for s in st.pending if s <= sseq]
             for s in done:
                 del st.pending[s]
                 st.redelivered.pop(s, None)
@@ -440,18 +443,18 @@ class ConsumerCore:
             # replicated state never reached. Taken as is, the floor would pass every
             # delivery sequence the next leader hands out, and their entries, applied
             # below the floor, would never count as delivered (cluster simulator seed 3).
-            dseq = min(e.dseq, st.delivered.consumer_seq)
-            st.ack_floor.consumer_seq = max(dseq, st.ack_floor.consumer_seq)
-            st.ack_floor.stream_seq = e.sseq
-            if e.sseq not in done:
-                done.append(e.sseq)
+            floor = min(dseq, st.delivered.consumer_seq)
+            st.ack_floor.consumer_seq = max(floor, st.ack_floor.consumer_seq)
+            st.ack_floor.stream_seq = sseq
+            if sseq not in done:
+                done.append(sseq)
             return sorted(done)
-        p = st.pending.pop(e.sseq, None)
+        p = st.pending.pop(sseq, None)
         if p is None:
             # Not pending (already acked, or never delivered): the stream re-checks anyway.
-            return [e.sseq] if e.sseq <= st.delivered.stream_seq else []
-        self._move_ack_floor(p.dseq, e.sseq)
-        return [e.sseq]
+            return [sseq] if sseq <= st.delivered.stream_seq else []
+        self._move_ack_floor(p.dseq, sseq)
+        return [sseq]
 
     def _move_ack_floor(self, dseq: int, sseq: int) -> None:
         st = self.state

@@ -160,6 +160,9 @@ class EventCollector:
 
 _json_decoder = msgspec.json.Decoder(dict[str, Any])
 _PUB_CACHE_MAX = 1024
+# Subjects that are each published once (JetStream ack subjects carry the message's
+# sequence numbers): their lines are parsed every time, never cached.
+_UNIQUE_PREFIX = "$JS.ACK."
 
 
 def _size(tok: bytes) -> int:
@@ -169,9 +172,19 @@ def _size(tok: bytes) -> int:
     return int(tok)
 
 
+_SEPARATORS = bytes.maketrans(b"\t\r\n", b"   ")
+
+
+def split_args(raw: bytes) -> list[bytes]:
+    """A protocol line's arguments, split where nats-server splits them: on spaces, tabs,
+    CR and LF. ``bytes.split()`` also splits on VT and FF, which nats-server keeps inside
+    a token (a subject may hold them: a consumer named so is asked for by its name)."""
+    return [a for a in raw.translate(_SEPARATORS).split(b" ") if a]
+
+
 def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
     """The parsed arguments of PUB/HPUB (see ``PubLine``)."""
-    args = args_raw.split()
+    args = split_args(args_raw)
     hdr_len = -1
     try:
         if with_headers:
@@ -200,6 +213,34 @@ def _pub_args(args_raw: bytes, with_headers: bool) -> PubLine:
         # an HMSG with an empty block would not parse in clients (no NATS/1.0 line).
         hdr_len = -1
     return pub_line(subject, reply_s, total, hdr_len)
+
+
+def _plain_pub(line: bytes) -> PubLine | None:
+    """``PUB <subject> [<reply>] <size>`` written the usual way (one space between tokens, the
+    size without leading zeros), which nearly every client does: parsed with one split, and
+    the line's own bytes reused as the MSG tail. None for anything else (``_pub_args`` then
+    decides). Unique subjects (JetStream acks, one per message) miss the line cache, so this
+    runs once per such publish."""
+    # Tabs and CR separate tokens too (split_args); int membership is a memchr.
+    if 9 in line or 13 in line:
+        return None
+    args = line.split(b" ")
+    k = len(args)
+    if k == 3:
+        subj, size_tok = args[1], args[2]
+        reply: str | None = None
+    elif k == 4:
+        subj, reply_b, size_tok = args[1], args[2], args[3]
+        if not reply_b or not reply_b.isascii():
+            return None
+        reply = reply_b.decode()
+    else:
+        return None
+    if not subj or not subj.isascii() or not size_tok.isdigit():
+        return None
+    if size_tok[0] == 48 and len(size_tok) > 1:  # "007": the MSG line says 7
+        return None
+    return subj.decode(), reply, int(size_tok), -1, line[4 + len(subj) :] + b"\r\n"
 
 
 def pub_line(subject: str, reply: str | None, total: int, hdr_len: int) -> PubLine:
@@ -413,9 +454,14 @@ class ClientParser:
                 raise ProtocolError(ERR_UNKNOWN_OP)
             parsed = _pub_args(line[5:], True)
         else:
-            parsed = _pub_args(line[4:], False)
+            plain = _plain_pub(line)
+            parsed = plain if plain is not None else _pub_args(line[4:], False)
         if parsed[2] > self._max_payload:
             raise ProtocolError(ERR_MAX_PAYLOAD)
+        if parsed[0].startswith(_UNIQUE_PREFIX):
+            # A JetStream ack: its subject is used once, so remembering the line or the
+            # name would only push out lines that do repeat.
+            return parsed
         cache = self._pub_cache
         names = self._names
         if len(cache) >= _PUB_CACHE_MAX:
@@ -463,7 +509,7 @@ class ClientParser:
         op, _, rest = line.strip().partition(b" ")
         op = op.upper()
         if op == b"SUB" or op4 == b"SUB\t":
-            args = (rest if op == b"SUB" else line[4:]).split()
+            args = split_args(rest if op == b"SUB" else line[4:])
             try:
                 if len(args) == 2:
                     h.on_sub(args[0].decode(), None, args[1].decode())
@@ -481,7 +527,7 @@ class ClientParser:
                 raise ProtocolError(ERR_UNKNOWN_OP) from None
             return h.on_connect(options)
         if op == b"UNSUB":
-            args = rest.split()
+            args = split_args(rest)
             try:
                 if len(args) == 1:
                     h.on_unsub(args[0].decode(), None)

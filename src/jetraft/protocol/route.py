@@ -28,6 +28,10 @@ Operations:
   reply or headers, for the receiver's plain subscribers only: one frame for the answers
   of one commit that go to one server, rather than one MSG each. Sent only to peers whose
   INFO says ``answers``.
+* PUBS: consecutive messages of one client on several subjects that one interest of the
+  receiver covers (JetStream acks: a subject each), for its plain subscribers only, as
+  runs that each have a subject, a reply, a header size and a size. Sent only to peers
+  whose INFO says ``pub_runs``.
 * RAFT: a batch of RAFT messages, each with the name of its group.
 """
 
@@ -49,6 +53,7 @@ OP_MSG = 8
 OP_RAFT = 9
 OP_MSGS = 10
 OP_ANSWERS = 11
+OP_PUBS = 12
 
 # A frame larger than this is a protocol violation (bounds what a peer can make us buffer):
 # room for the largest payload plus headers and a batch of RAFT messages carrying them.
@@ -113,6 +118,13 @@ class RMsgs(msgspec.Struct, frozen=True, array_like=True):
     bodies: list[bytes]  # header block and payload together
 
 
+class RPubs(msgspec.Struct, frozen=True, array_like=True):
+    account: str
+    # (subject, reply, header size or -1, how many bodies) per run, in order
+    runs: list[tuple[str, str | None, int, int]]
+    bodies: list[bytes]  # header block and payload together
+
+
 class RAnswers(msgspec.Struct, frozen=True, array_like=True):
     account: str
     subjects: list[str]
@@ -123,7 +135,10 @@ class RaftBatch(NamedTuple):
     items: list[tuple[str, bytes]]  # (group, encoded RAFT message)
 
 
-Event = Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RMsgs | RAnswers | RaftBatch
+Event = (
+    Info | Connect | Ping | Pong | Err | RSub | RUnsub | RMsg | RMsgs | RPubs | RAnswers
+    | RaftBatch
+)
 
 _encode = msgspec.msgpack.Encoder().encode
 _map_decoder = msgspec.msgpack.Decoder(dict[str, Any])
@@ -131,6 +146,7 @@ _sub_decoder = msgspec.msgpack.Decoder(RSub)
 _unsub_decoder = msgspec.msgpack.Decoder(RUnsub)
 _msg_decoder = msgspec.msgpack.Decoder(RMsg)
 _msgs_decoder = msgspec.msgpack.Decoder(RMsgs)
+_pubs_decoder = msgspec.msgpack.Decoder(RPubs)
 _answers_decoder = msgspec.msgpack.Decoder(RAnswers)
 _raft_decoder = msgspec.msgpack.Decoder(list[tuple[str, bytes]])
 
@@ -184,22 +200,36 @@ def encode_msgs(
     return _frame(OP_MSGS, _encode(RMsgs(account, subject, reply, runs, bodies)))
 
 
-def _check_msgs(msgs: RMsgs) -> RMsgs:
+def encode_pubs(
+    account: str, runs: list[tuple[str, str | None, int, int]], bodies: list[bytes]
+) -> bytes:
+    return _frame(OP_PUBS, _encode(RPubs(account, runs, bodies)))
+
+
+def _check_runs(what: str, runs: list[tuple[int, int]], bodies: list[bytes]) -> None:
     """Runs must cover the bodies exactly, each run one size and a header size that fits."""
-    bodies = msgs.bodies
     pos = 0
-    for hdr_len, count in msgs.runs:
+    for hdr_len, count in runs:
         if count < 1 or pos + count > len(bodies):
-            raise RouteProtocolError("MSGS runs do not match their bodies")
+            raise RouteProtocolError(f"{what} runs do not match their bodies")
         size = len(bodies[pos])
         if not (hdr_len == -1 or 0 < hdr_len <= size):
-            raise RouteProtocolError("MSGS header size out of range")
+            raise RouteProtocolError(f"{what} header size out of range")
         if count > 1 and len(set(map(len, bodies[pos : pos + count]))) != 1:
-            raise RouteProtocolError("MSGS run of mixed sizes")
+            raise RouteProtocolError(f"{what} run of mixed sizes")
         pos += count
     if pos != len(bodies):
-        raise RouteProtocolError("MSGS runs do not match their bodies")
+        raise RouteProtocolError(f"{what} runs do not match their bodies")
+
+
+def _check_msgs(msgs: RMsgs) -> RMsgs:
+    _check_runs("MSGS", msgs.runs, msgs.bodies)
     return msgs
+
+
+def _check_pubs(pubs: RPubs) -> RPubs:
+    _check_runs("PUBS", [(h, n) for _, _, h, n in pubs.runs], pubs.bodies)
+    return pubs
 
 
 def encode_answers(account: str, subjects: list[str], bodies: list[bytes]) -> bytes:
@@ -216,6 +246,8 @@ def _decode(op: int, body: bytes) -> Event:
         return msg
     if op == OP_MSGS:
         return _check_msgs(_msgs_decoder.decode(body))
+    if op == OP_PUBS:
+        return _check_pubs(_pubs_decoder.decode(body))
     if op == OP_RAFT:
         return RaftBatch(_raft_decoder.decode(body))
     if op == OP_ANSWERS:

@@ -20,6 +20,7 @@ from jetraft.server.js import consumer_runtime as js_consumer_runtime
 from jetraft.server.js import consumers as js_consumers
 from jetraft.server.js import streams as js_streams
 from tests.integration.jetstream.js_helpers import VS_NATS, api, err
+from tests.rawclient import RawClient
 
 pytestmark = pytest.mark.skipif(VS_NATS, reason="instruments jetraft's commit path")
 
@@ -122,6 +123,50 @@ async def test_ack_sync_waits_for_the_consumer_commit(
     from jetraft.jetstream import consumer_state
 
     assert consumer_state.decode(state).ack_floor == (1, 1)
+    await nc.close()
+
+
+async def test_acks_sent_together_as_requests_wait_for_the_consumer_commit(
+    make_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ack requests that arrive in one read (taken together by the consumer) are answered
+    only once a state write covering all of them is on disk, each once."""
+    server, nc, streams = await start(make_server, tmp_path)
+    js = nc.jetstream()
+    await js.add_stream(name="A", subjects=["a.>"])
+    for i in range(5):
+        await js.publish("a.x", b"%d" % i)
+    await js.add_consumer("A", durable_name="C", ack_policy=AckPolicy.EXPLICIT)
+    sub = await js.pull_subscribe_bind("C", stream="A")
+    msgs = await sub.fetch(5, timeout=2)
+    gate = threading.Event()
+    real = js_consumer_runtime.write_state
+
+    def held(*args: Any) -> None:
+        gate.wait(10)
+        real(*args)
+
+    monkeypatch.setattr(js_consumer_runtime, "write_state", held)
+    raw = await RawClient.connect("127.0.0.1", server.client_port)
+    await raw.send(b"SUB _INBOX.acked.* 1\r\n")
+    await raw.ping()
+    await raw.send(b"".join(
+        f"PUB {m.reply} _INBOX.acked.{i} 0\r\n\r\n".encode() for i, m in enumerate(msgs)
+    ))
+    await raw.ping()  # the server has taken every ack
+    answer = asyncio.ensure_future(raw.read_frames(1))
+    await asyncio.sleep(0.3)  # bounded negative wait: the state write is held back
+    assert not answer.done()
+    gate.set()
+    first = await answer
+    rest = await raw.read_frames(4)
+    assert sorted(f.subject for f in first + rest) == [f"_INBOX.acked.{i}" for i in range(5)]
+    await raw.ping()  # each answered once
+    from jetraft.jetstream import consumer_state
+
+    state = (streams / "A" / "obs" / "C" / "consumer.dat").read_bytes()
+    assert consumer_state.decode(state).ack_floor == (5, 5)
+    await raw.close()
     await nc.close()
 
 

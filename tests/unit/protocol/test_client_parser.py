@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -263,3 +265,70 @@ def test_repeated_lines_parse_alike_at_any_split(
     chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     got = [ev for ev in parse(chunks) if isinstance(ev, Pub)]
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"PUB foo 5",
+        b"PUB foo.bar _INBOX.1 0",
+        b"pub foo r 12",
+        b"PUB foo\tbar 5",  # a tab separates subject and reply
+        b"PUB foo bar\t5",
+        b"PUB\tfoo 5",
+        b"PUB foo  5",  # two spaces
+        b"PUB foo 05",  # the MSG line says 5
+        b"PUB foo 0",
+        b"PUB f\xc3\xa9 r\xc3\xa9 3",  # UTF-8 names
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7 4",
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7 _INBOX.x.1 4",
+        b"PUB $JS.ACK.S.C.1.2.3.1764000000000000000.7\t_INBOX.x.1 4",
+        b"PUB a\x0bb\x0cc 4",  # VT and FF are not separators: nats-server keeps them
+        b"PUB \xf4\x84\x8f\x8b\x0b\xf4\x87\x9c\xb7 r 4",  # non-ASCII with a VT
+    ],
+)
+def test_publish_lines_parse_alike_whatever_the_spacing(line: bytes) -> None:
+    """Every way of writing a PUB line gives the publish its tokens say, and a subscriber's
+    MSG line with the canonical size; the same line twice in a row (or an ack subject,
+    which is never cached) parses the same the second time."""
+    tokens = [t for t in re.split(rb"[ \t]+", line) if t]  # nats-server's separators
+    n = int(tokens[-1])
+    frame = line + b"\r\n" + b"x" * n + b"\r\n"
+    h = EventCollector()
+    ClientParser(h).feed(frame * 2)
+    args = tokens[1:]
+    subject, reply = args[0].decode(), (args[1].decode() if len(args) == 3 else None)
+    assert h.events == [Pub(subject, reply, None, b"x" * n)] * 2
+    lines = _Lines()
+    ClientParser(lines).feed(frame * 2)
+    tail = (f" {reply}" if reply else "") + f" {n}\r\n"
+    assert {line[4] for line in lines.lines} == {tail.encode()}
+
+
+class _Lines:
+    """A handler that keeps the parsed PUB lines (not a subclass of EventCollector, which
+    the compiled build cannot subclass)."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str | None, int, int, bytes]] = []
+
+    def on_pubs(self, batch: PubBatch) -> None:
+        self.lines.extend(batch.lines)
+
+    def on_connect(self, options: dict[str, object]) -> bool:
+        return False
+
+    def on_sub(self, subject: str, queue: str | None, sid: str) -> None: ...
+    def on_unsub(self, sid: str, max_msgs: int | None) -> None: ...
+    def on_ping(self) -> None: ...
+    def on_pong(self) -> None: ...
+
+
+def test_vertical_tab_and_form_feed_stay_inside_sub_and_unsub_tokens() -> None:
+    """As nats-server splits: a subscription to a subject holding VT or FF is to that
+    subject (a consumer so named is asked for by its name), not a malformed line."""
+    assert parse([b"SUB a\x0bb 1\r\nSUB c\x0cd q 2\r\nUNSUB 1\x0bx\r\n"]) == [
+        Sub("a\x0bb", None, "1"),
+        Sub("c\x0cd", "q", "2"),
+        Unsub("1\x0bx", None),
+    ]

@@ -29,6 +29,14 @@ def _frames() -> list[tuple[bytes, object]]:
             rp.encode_msgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
             rp.RMsgs("$G", "a.b", None, [(-1, 2), (12, 1)], [b"x", b"y", HDR + b"z"]),
         ),
+        (
+            rp.encode_pubs("$G", [("$JS.ACK.S.C.1.1.1.9.0", None, -1, 2),
+                                  ("$JS.ACK.S.C.1.2.2.9.0", "_INBOX.r.1", 12, 1)],
+                           [b"", b"", HDR + b"z"]),
+            rp.RPubs("$G", [("$JS.ACK.S.C.1.1.1.9.0", None, -1, 2),
+                            ("$JS.ACK.S.C.1.2.2.9.0", "_INBOX.r.1", 12, 1)],
+                     [b"", b"", HDR + b"z"]),
+        ),
         (rp.encode_answers("$G", ["_INBOX.a.1", "_INBOX.b.2"], [b'{"seq":1}', b""]),
          rp.RAnswers("$G", ["_INBOX.a.1", "_INBOX.b.2"], [b'{"seq":1}', b""])),
         (rp.encode_raft([("S-1", b"\x01\x02"), ("_meta_", b"")]),
@@ -80,6 +88,22 @@ def test_inconsistent_msgs_frames_are_protocol_errors(
 ) -> None:
     with pytest.raises(rp.RouteProtocolError):
         rp.RouteParser().feed(rp.encode_msgs("$G", "a", None, runs, bodies))
+
+
+@pytest.mark.parametrize(
+    ("runs", "bodies"),
+    [
+        ([("a", None, -1, 3)], [b"a", b"b"]),  # more counted than sent
+        ([("a", None, -1, 1)], [b"a", b"b"]),  # bodies left over
+        ([("a", None, -1, 2)], [b"a", b"bb"]),  # one run, two sizes
+        ([("a", "r", 5, 1)], [b"abc"]),  # header larger than the message
+    ],
+)
+def test_inconsistent_pubs_frames_are_protocol_errors(
+    runs: list[tuple[str, str | None, int, int]], bodies: list[bytes]
+) -> None:
+    with pytest.raises(rp.RouteProtocolError):
+        rp.RouteParser().feed(rp.encode_pubs("$G", runs, bodies))
 
 
 def test_answers_frames_with_more_subjects_than_bodies_are_protocol_errors() -> None:

@@ -162,3 +162,31 @@ def test_match_family_names_the_stem_only_while_the_last_token_does_not_matter()
     sl.insert("$JS.ACK.>", None, "acks")
     assert sl.match_family("$JS.ACK.S.C.1.2.3")[1] is None
     assert sl.match_family("nothing")[1] is None
+
+
+def test_match_prefix_names_the_stem_while_no_subscription_looks_past_it() -> None:
+    sl: SubList[str] = SubList()
+    sl.insert("$JS.ACK.S.C.>", None, "consumer")
+    sl.insert("$JS.ACK.S.D.>", None, "other")
+    m, stem = sl.match_prefix("$JS.ACK.S.C.1.5.5.99.0")
+    assert m.plain == ("consumer",) and stem == "$JS.ACK.S.C."
+    # Every subject with that stem and more after it has the same answer.
+    assert sl.match("$JS.ACK.S.C.1.6.6.100.0").plain == ("consumer",)
+    assert sl.match_prefix("$JS.ACK.S.C.x")[1] == "$JS.ACK.S.C."
+    # The stem alone has no more tokens: it is not in the family.
+    assert sl.match_prefix("$JS.ACK.S.C")[1] is None
+    # A user's wider subscription joins the answer; the family stays.
+    sl.insert("$JS.ACK.>", None, "user")
+    m, stem = sl.match_prefix("$JS.ACK.S.C.1.7.7.101.0")
+    assert set(m.plain) == {"consumer", "user"} and stem == "$JS.ACK.S.C."
+    # A subscription that names a later token narrows the family to a longer stem.
+    sl.insert("$JS.ACK.S.C.1.8.>", None, "narrow")
+    m, stem = sl.match_prefix("$JS.ACK.S.C.1.8.8.102.0")
+    assert set(m.plain) == {"consumer", "user", "narrow"}
+    assert stem == "$JS.ACK.S.C.1.8."
+    m, stem = sl.match_prefix("$JS.ACK.S.C.1.9.9.103.0")
+    assert set(m.plain) == {"consumer", "user"} and stem == "$JS.ACK.S.C.1.9."
+    # A literal subject that was matched exactly (cached under its own name) has no stem.
+    sl.insert("lit.a", None, "lit")
+    assert sl.match("lit.a").plain == ("lit",)
+    assert sl.match_prefix("lit.a") == (sl.match("lit.a"), None)

@@ -256,6 +256,7 @@ class RouteMesh:
             "tags": list(cfg.server_tags),
             "msg_batches": True,  # MSGS frames (route protocol)
             "answers": True,  # ANSWERS frames (route protocol)
+            "pub_runs": True,  # PUBS frames (route protocol)
             "routes": [
                 {"id": sid, "name": r.peer.name, "url": self._peer_route_url(r)}
                 for sid, r in self.routes.items()
@@ -491,6 +492,19 @@ class RouteMesh:
             starts.append(first + count)
         batch = PubBatch(lines, starts, msgs.bodies)
         self.host.router.deliver_pubs_from_route(account, batch)
+
+    def remote_pubs(self, route: RouteConnection, pubs: rp.RPubs) -> None:
+        account = self.host.account_named(pubs.account)
+        if account is None:
+            return
+        lines = []
+        starts = [0]
+        bodies = pubs.bodies
+        for subject, reply, hdr_len, count in pubs.runs:
+            first = starts[-1]
+            lines.append(pub_line(subject, reply, len(bodies[first]), hdr_len))
+            starts.append(first + count)
+        self.host.router.deliver_pubs_from_route(account, PubBatch(lines, starts, bodies))
 
     def remote_answers(self, route: RouteConnection, answers: rp.RAnswers) -> None:
         account = self.host.account_named(answers.account)

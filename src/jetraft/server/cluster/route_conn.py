@@ -43,6 +43,7 @@ class PeerInfo:
     version: str = ""
     msg_batches: bool = False  # understands MSGS frames
     answers: bool = False  # understands ANSWERS frames
+    pub_runs: bool = False  # understands PUBS frames
 
     @classmethod
     def from_fields(cls, f: dict[str, Any]) -> PeerInfo:
@@ -65,6 +66,7 @@ class PeerInfo:
             version=str(f.get("version", "")),
             msg_batches=f.get("msg_batches") is True,
             answers=f.get("answers") is True,
+            pub_runs=f.get("pub_runs") is True,
         )
 
 
@@ -95,6 +97,8 @@ class RouteOwner(Protocol):
     def remote_msgs(self, route: RouteConnection, msgs: rp.RMsgs) -> None: ...
 
     def remote_answers(self, route: RouteConnection, answers: rp.RAnswers) -> None: ...
+
+    def remote_pubs(self, route: RouteConnection, pubs: rp.RPubs) -> None: ...
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None: ...
 
@@ -193,6 +197,11 @@ class RouteConnection(asyncio.Protocol):
                 self.in_msgs += len(ev.bodies)
                 self.in_bytes += sum(map(len, ev.bodies))
                 owner.remote_msgs(self, ev)
+        elif isinstance(ev, rp.RPubs):
+            if self.ready:
+                self.in_msgs += len(ev.bodies)
+                self.in_bytes += sum(map(len, ev.bodies))
+                owner.remote_pubs(self, ev)
         elif isinstance(ev, rp.RaftBatch):
             if self.ready:
                 owner.remote_raft(self, ev.items)
@@ -322,6 +331,32 @@ class RouteConnection(asyncio.Protocol):
         self.out_bytes += sum(map(len, bodies))
         self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
         self.send(rp.encode_msgs(account.name, subject, reply, runs, bodies))
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs of client publishes whose subjects and replies may differ (a group of
+        ``Router.route_pubs``) for the peer's plain subscribers: one PUBS frame, or one
+        frame per stretch of one subject and one reply for an older peer."""
+        lines = batch.lines
+        if self.peer.pub_runs and stop - first > 1:
+            starts = batch.starts
+            runs = [
+                (lines[r][0], lines[r][1], lines[r][3], starts[r + 1] - starts[r])
+                for r in range(first, stop)
+            ]
+            bodies = batch.bodies[starts[first] : starts[stop]]
+            self.out_msgs += len(bodies)
+            self.out_bytes += sum(map(len, bodies))
+            self.owner.flush_raft()  # as in ``forward``: RAFT messages produced before go first
+            self.send(rp.encode_pubs(account.name, runs, bodies))
+            return
+        a = first
+        while a < stop:
+            subject, reply = lines[a][0], lines[a][1]
+            b = a + 1
+            while b < stop and lines[b][1] is reply and lines[b][0] is subject:
+                b += 1
+            self.forward_run(account, batch, a, b)
+            a = b
 
     def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
         """Answers of server components (no reply, no headers) for the peer's plain

@@ -36,9 +36,10 @@ class Subscriber(Protocol):
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
-        """Write runs ``first`` to ``stop`` of ``batch`` (client publishes, all on one subject,
-        each run with its own reply; ``msgs`` messages of ``size`` bytes in all) for ``sub``,
-        in order; returns how many were delivered (always the first ones)."""
+        """Write runs ``first`` to ``stop`` of ``batch`` (client publishes, each run with its
+        own subject and reply; consecutive runs often share the subject object; ``msgs``
+        messages of ``size`` bytes in all) for ``sub``, in order; returns how many were
+        delivered (always the first ones)."""
         ...
 
 

@@ -452,8 +452,8 @@ class ClientConnection(asyncio.Protocol):
         msgs: int,
         size: int,
     ) -> int:
-        """Write runs of publishes on one subject for ``sub`` (see ``Subscriber``), each run
-        as one piece. This runs once per subscriber per group: keep it flat."""
+        """Write runs of publishes for ``sub`` (see ``Subscriber``), each run as one piece.
+        This runs once per subscriber per group: keep it flat."""
         if self.closed:
             return 0
         lines = batch.lines
@@ -476,6 +476,9 @@ class ClientConnection(asyncio.Protocol):
         append = out.append
         for r in range(first, stop):
             line = lines[r]
+            if line[0] is not subject:  # runs on several subjects (JetStream acks)
+                subject = line[0]
+                prefix = f"MSG {subject} {sub.sid}".encode()
             head = (prefix if line[3] < 0 else b"H" + prefix) + line[4]
             b0, b1 = starts[r], starts[r + 1]
             append(head)

@@ -19,10 +19,10 @@ from collections.abc import Sequence
 from typing import Literal, Protocol, cast
 
 from jetraft.protocol import client as proto
-from jetraft.protocol.client import PubBatch, split_body
+from jetraft.protocol.client import PubBatch, PubLine, split_body
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account, AccountStats, Subscriber, Subscription
-from jetraft.server.core.sublist import Match
+from jetraft.server.core.sublist import Match, SubList
 
 
 class Publisher(Protocol):
@@ -60,6 +60,12 @@ class RouteSubscriber(Subscriber, Protocol):
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
         """Send runs ``first`` to ``stop`` of a batch (client publishes on one subject with
         one reply) for the peer's plain subscribers (no queue groups)."""
+        ...
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Send runs ``first`` to ``stop`` of a batch (client publishes whose subjects and
+        replies may differ: a group of ``Router.route_pubs``) for the peer's plain
+        subscribers (no queue groups), in order."""
         ...
 
     def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
@@ -251,14 +257,53 @@ class Router:
         stats.out_bytes += out_bytes
         return got
 
+    def route_deliveries(
+        self,
+        account: Account,
+        route_by: str,
+        items: Sequence[tuple[str, str | None, bytes | None, bytes]],
+    ) -> None:
+        """Messages (subject, reply, header block or None, payload) from a server component,
+        all routed by ``route_by`` and shown with their own subjects (a pull request's
+        JetStream deliveries): as ``route_message`` for each, matched once while the
+        interest stays as it was."""
+        sublist = account.sublist
+        gen = -1
+        plain: tuple[Subscription, ...] = ()
+        simple = False
+        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        for subject, reply, hdr, data in items:
+            if gen != sublist.generation:
+                match = sublist.match(route_by)
+                gen = sublist.generation
+                plain = match.plain
+                simple = not match.queues and not any(s.conn.is_route for s in plain)
+            if not simple:
+                self.route_message(None, account, subject, reply, hdr, data, route_by)
+                continue
+            size = len(data) if hdr is None else len(data) + len(hdr)
+            in_msgs += 1
+            in_bytes += size
+            for sub in plain:
+                if sub.conn.deliver(sub, subject, reply, hdr, data):
+                    out_msgs += 1
+                    out_bytes += size
+        stats = account.stats
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
+        stats.out_msgs += out_msgs
+        stats.out_bytes += out_bytes
+
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
         returns the bytes published.
 
         Consecutive runs on one subject form a group (their replies may differ: requests,
-        JetStream publishes with one reply subject each): matched once and handed to each
-        local subscriber in one call (which writes each run as one piece), and to each route
-        with plain interest in one frame per stretch of one reply. Queue groups take each
+        JetStream publishes with one reply subject each), and so do runs on subjects that
+        one answer of the sublist covers (JetStream acks, one subject each: see
+        ``SubList.match_prefix``): matched once and handed to each local subscriber in one
+        call (which writes each run as one piece), and to each route with plain interest in
+        one frame per stretch of one subject and one reply. Queue groups take each
         message on its own. A publisher that wants no-responders notices gets one for each
         request nobody took (subscribers always take the first messages of a group they are
         handed); with queue groups in the match its requests go one by one.
@@ -273,13 +318,9 @@ class Router:
         one_by_one = 0  # bytes routed (and counted) by the calls for single requests
         while r < runs and not sender.closed:
             line = lines[r]
-            subject = line[0]
-            q = r + 1
-            while q < runs and lines[q][0] is subject:
-                q += 1
+            match, q = _group(sublist, lines, r)
             k = starts[q] - starts[r]
             notices = no_responders and any(lines[x][1] is not None for x in range(r, q))
-            match = sublist.match(subject)
             if notices and k > 1 and match.queues:
                 for ln, body in batch.messages(r, q):
                     one_by_one += self.route_pubs(sender, account, PubBatch.single(ln, body))
@@ -309,7 +350,7 @@ class Router:
             elif routed:
                 # Plain interest only: each route gets the whole group at once.
                 for route in {s.conn: None for s in match.plain if s.conn.is_route}:
-                    _forward_by_reply(cast(RouteSubscriber, route), account, batch, r, q)
+                    cast(RouteSubscriber, route).forward_runs(account, batch, r, q)
                     got += k
                     out_bytes += size
                 covered = k
@@ -365,22 +406,31 @@ class Router:
         stats.out_bytes += out_bytes
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
-        """Deliver a group of client publishes on one subject that another server routed
-        here (``RouteSubscriber.forward_run``): local plain subscribers only."""
-        runs = len(batch.lines)
-        k = len(batch.bodies)
-        size = batch.lines[0][2] * k if runs == 1 else sum(map(len, batch.bodies))
+        """Deliver client publishes that another server routed here
+        (``RouteSubscriber.forward_run``/``forward_runs``): local plain subscribers only,
+        in groups as ``route_pubs`` makes them."""
+        lines, starts = batch.lines, batch.starts
+        runs = len(lines)
+        sublist = account.sublist
+        in_msgs = in_bytes = got = out_bytes = 0
+        r = 0
+        while r < runs:
+            match, q = _group(sublist, lines, r)
+            k = starts[q] - starts[r]
+            size = sum(map(len, batch.bodies[starts[r] : starts[q]]))
+            in_msgs += k
+            in_bytes += size
+            for sub in match.plain:
+                conn = sub.conn
+                if not conn.is_route:
+                    g = conn.deliver_run(sub, batch, r, q, k, size)
+                    if g:
+                        got += g
+                        out_bytes += size if g == k else _leading_bytes(batch, r, g)
+            r = q
         stats = account.stats
-        stats.in_msgs += k
-        stats.in_bytes += size
-        got = out_bytes = 0
-        for sub in account.sublist.match(batch.lines[0][0]).plain:
-            conn = sub.conn
-            if not conn.is_route:
-                g = conn.deliver_run(sub, batch, 0, runs, k, size)
-                if g:
-                    got += g
-                    out_bytes += size if g == k else _leading_bytes(batch, 0, g)
+        stats.in_msgs += in_msgs
+        stats.in_bytes += in_bytes
         stats.out_msgs += got
         stats.out_bytes += out_bytes
         return got
@@ -493,20 +543,29 @@ class Router:
                 return
 
 
-def _forward_by_reply(
-    route: RouteSubscriber, account: Account, batch: PubBatch, first: int, stop: int
-) -> None:
-    """Runs ``first`` to ``stop`` (one subject) to a route, one frame per stretch of runs
-    with one reply subject (a route frame carries one)."""
-    lines = batch.lines
-    a = first
-    while a < stop:
-        reply = lines[a][1]
-        b = a + 1
-        while b < stop and lines[b][1] is reply:
-            b += 1
-        route.forward_run(account, batch, a, b)
-        a = b
+def _group(
+    sublist: SubList[Subscription], lines: list[PubLine], first: int
+) -> tuple[Match[Subscription], int]:
+    """The runs from ``first`` on that one sublist answer covers, and that answer: (match,
+    the run after them). Consecutive runs on one subject, and then, when runs on other
+    subjects follow (JetStream acks: a subject per message), those with the same stem
+    (see ``SubList.match_prefix``)."""
+    runs = len(lines)
+    subject = lines[first][0]
+    q = first + 1
+    while q < runs and lines[q][0] is subject:
+        q += 1
+    if q == runs:
+        return sublist.match(subject), q
+    match, stem = sublist.match_prefix(subject)
+    if stem is not None:
+        cut = len(stem)
+        while q < runs:
+            nxt = lines[q][0]
+            if len(nxt) <= cut or not nxt.startswith(stem):
+                break
+            q += 1
+    return match, q
 
 
 def _leading_bytes(batch: PubBatch, run: int, count: int) -> int:

@@ -240,6 +240,32 @@ class SubList(Generic[S]):
             return result, subject[: dot + 1]
         return result, None
 
+    def match_prefix(self, subject: str) -> tuple[Match[S], str | None]:
+        """``match(subject)``, and the stem (``"<first d tokens>."``) when the same answer
+        holds for every subject that starts with that stem and has more after it (the
+        prefix cache above): the ack subjects of one consumer, each used once. The caller
+        may take the answer for such subjects while ``generation`` is unchanged."""
+        hit = self._cache.get(subject)
+        if hit is not None:
+            return hit, None
+        found = self._prefix_hit(subject)
+        if found is not None:
+            return found
+        result = self.match(subject)
+        found = self._prefix_hit(subject)  # the walk of ``match`` may have stored one
+        return found if found is not None else (result, None)
+
+    def _prefix_hit(self, subject: str) -> tuple[Match[S], str] | None:
+        pcache = self._prefix_cache
+        if pcache:
+            for d in self._prefix_lens:
+                key = _prefix(subject, d)
+                if key is not None:
+                    hit = pcache.get(key)
+                    if hit is not None:
+                        return hit, key
+        return None
+
     def _remember_prefix(self, key: str, length: int, result: Match[S]) -> None:
         pcache = self._prefix_cache
         if len(pcache) >= _PREFIX_CACHE_MAX:

@@ -13,20 +13,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from jetraft.jetstream import consumer_state
-from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
 from jetraft.jetstream.consumer import (
-    Acked,
     Candidate,
     ConsumerCore,
     Delivered,
     Entry,
-    Nakked,
-    Progress,
 )
 from jetraft.jetstream.consumer_api import consumer_info
 from jetraft.jetstream.consumer_config import ConsumerConfig, go_duration, parse_rfc3339_ns
@@ -40,7 +35,8 @@ from jetraft.jetstream.pull import (
     status,
 )
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.js.commit import CommitQueue, Durable, Prepared, collect
+from jetraft.server.js.commit import CommitQueue, Durable, Prepared
+from jetraft.server.js.consumer_acks import AckIntake, now_ns
 from jetraft.server.js.consumer_env import (
     ConsumerOwner,
     Replicator,
@@ -62,22 +58,13 @@ MAX_TIMER_S = 3600.0
 _FC_CHARS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
-def now_ns() -> int:
-    return time.time_ns()
-
-
 def _first_wait_ns(cfg: ConsumerConfig) -> int:
     """How long after a first delivery its ack is due."""
     return min(cfg.backoff) if cfg.backoff else cfg.ack_wait
 
 
-def _ascii_digits(text: str) -> bool:
-    # Not str.isdigit() alone: it accepts "²", which int() refuses.
-    return text.isascii() and text.isdigit()
-
-
-class ConsumerRuntime:
-    """One consumer on this server (today always its leader)."""
+class ConsumerRuntime(AckIntake):
+    """One consumer on this server (today always its leader); its acks: ``AckIntake``."""
 
     def __init__(
         self, owner: ConsumerOwner, core: ConsumerCore, replicator: Replicator | None = None
@@ -110,6 +97,10 @@ class ConsumerRuntime:
         self.replicator = replicator
         self.last_refused = False  # clustered: the group refused the last proposal
         self._route = self.env.router.route_message  # deliveries: see consumer_env.deliver_as
+        # A pull request's deliveries of one run, routed together (``_flush_outbox``) to
+        # ``_outbox_to``: (subject, ack reply, header block or None, payload).
+        self._outbox: list[tuple[str, str | None, bytes | None, bytes]] = []
+        self._outbox_to = ""
         self._account = self.env.account
         self._first_wait_ns = _first_wait_ns(core.cfg)
         # One server: the state file's commit queue (None when the state is not persisted).
@@ -163,7 +154,9 @@ class ConsumerRuntime:
 
     def start(self) -> None:
         core = self.core
-        self.client.subscribe(f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack)
+        self.client.subscribe(
+            f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack, run_handler=self._on_ack_run
+        )
         if self.cfg.flow_control:
             self.client.subscribe(f"$JS.FC.{core.stream}.{core.name}.>", self._on_fc)
         if core.state.pending:
@@ -217,10 +210,12 @@ class ConsumerRuntime:
 
     # --- proposing ------------------------------------------------------------------------
 
-    def propose(self, entry: Entry, notify: bool = True) -> list[int]:
+    def propose(self, entry: Entry, notify: bool = True, touch: bool = True) -> list[int]:
         """Apply a replicated entry (single server: locally) and carry out its effects.
 
-        ``notify``: tell the stream about sequences we no longer need (retention)."""
+        ``notify``: tell the stream about sequences we no longer need (retention);
+        ``touch``: tell the commits of the change now (else the caller does, once for many:
+        a delivery run)."""
         if self.replicator is not None:
             # Clustered: applied when committed (see ``applied``); only the cursor moves now,
             # so the next delivery does not repeat this one.
@@ -230,10 +225,12 @@ class ConsumerRuntime:
             self.last_refused = not self.replicator.propose(entry)
             if self.last_refused:
                 self.refused((entry,))
-            self.changed()
+            if touch:
+                self.changed()
             return []
         done = self.core.apply(entry)
-        self.changed()
+        if touch:
+            self.changed()
         if done and notify and self.owner.retention != "limits":
             for seq in done:
                 self.owner.consumer_ack(seq)
@@ -296,19 +293,24 @@ class ConsumerRuntime:
         pull = not self.cfg.is_push
         reqs = self.waitq.reqs
         replay = self.cfg.replay_policy == "original"
-        while sent < RUN_BUDGET and (reqs if pull else self._can_send()):
-            step = core.next_step(src)
-            if step is None:
-                break
-            if not isinstance(step, Candidate):
-                self.propose(step)
-                continue
-            if replay and self._replay_wait(step, now):
-                return
-            if not self._deliver(step, now):
-                break
-            sent += 1
-            reqs = self.waitq.reqs  # take() may replace the list
+        try:
+            while sent < RUN_BUDGET and (reqs if pull else self._can_send()):
+                step = core.next_step(src)
+                if step is None:
+                    break
+                if not isinstance(step, Candidate):
+                    self.propose(step)
+                    continue
+                if replay and self._replay_wait(step, now):
+                    return
+                if not self._deliver(step, now):
+                    break
+                sent += 1
+                reqs = self.waitq.reqs  # take() may replace the list
+        finally:
+            if sent:
+                self.changed()  # the deliveries' commit (``_deliver`` leaves it to us)
+            self._flush_outbox()
         if sent >= RUN_BUDGET:
             self.kick()
             return
@@ -366,10 +368,16 @@ class ConsumerRuntime:
                 core.requeue(cand)
                 return False
             dsubj = wr.reply
-        self.propose(Delivered(dseq, sseq, cand.dc, now))
+        self.propose(Delivered(dseq, sseq, cand.dc, now), touch=False)
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
-        n = self._route(None, self._account, subject, reply, hdr, data, dsubj)
+        if push:
+            n = self._route(None, self._account, subject, reply, hdr, data, dsubj)
+        else:
+            if dsubj != self._outbox_to:
+                self._flush_outbox()
+                self._outbox_to = dsubj
+            self._outbox.append((subject, reply, hdr, data))
         self.last_sent_ns = now
         self.last_activity_ns = now
         if push:
@@ -401,7 +409,14 @@ class ConsumerRuntime:
         return known
 
     def _send_status(self, st: Status) -> None:
+        self._flush_outbox()  # after the deliveries before it
         self.client.publish(st.reply, b"", None, st.hdr)
+
+    def _flush_outbox(self) -> None:
+        out = self._outbox
+        if out:
+            self._outbox = []
+            self.env.router.route_deliveries(self._account, self._outbox_to, out)
 
     def _paused(self) -> bool:
         pause = self.cfg.pause_until
@@ -571,118 +586,6 @@ class ConsumerRuntime:
             self.maxpb = min(self.maxpb * 2, FC_MAX_PENDING)
         self.pbytes = max(self.pbytes - self.fcsz, 0)
         self.fcid, self.fcsz = "", 0
-        self.kick()
-
-    # --- acks -----------------------------------------------------------------------------
-
-    def _on_ack(self, subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
-        if self.closed:
-            return
-        sseq = dseq = -1
-        if subject.startswith(self._ack_prefix):
-            # Fast path for our own v1 ack subjects: <dc>.<sseq>.<dseq>.<ts>.<pending>.
-            parts = subject[len(self._ack_prefix) :].split(".")
-            if len(parts) == 5 and _ascii_digits(parts[1]) and _ascii_digits(parts[2]):
-                sseq, dseq = int(parts[1]), int(parts[2])
-        if sseq < 0:
-            info = parse_ack_subject(subject)
-            if info is None:
-                return
-            sseq, dseq = info.sseq, info.dseq
-        self.last_activity_ns = now = now_ns()
-        body = data.strip() if data else b""
-        if not reply:
-            self._apply_ack(body, sseq, dseq, None, now)
-            return
-        # An ack sent as a request is answered once what it changed is durable. Common
-        # case (one server, limits retention: only our state changes): answers wait in
-        # batches on our commit queue, the batch closed when the queue takes it.
-        queue = self.queue
-        if queue is not None and self.owner.retention == "limits":
-            if self._apply_ack(body, sseq, dseq, reply, now):
-                batch = self._ack_replies
-                batch.append(reply)
-                if len(batch) == 1:
-                    queue.after_durable(functools.partial(self._acks_answered, batch))
-            return
-        # Clustered: only the group's log must hold the ack (a stream's retention follows
-        # once it is applied); the answer waits for the proposal of this loop turn's
-        # changes, which holds it.
-        replicator = self.replicator
-        if replicator is not None:
-            if self._apply_ack(body, sseq, dseq, reply, now):
-                replicator.after_durable(functools.partial(self._ack_answered, reply))
-            return
-        # Otherwise (one server, and the stream changes too under interest or workqueue
-        # retention): everything the ack touched is collected.
-        with collect() as barrier:
-            answer = self._apply_ack(body, sseq, dseq, reply, now)
-        if answer:
-            barrier.wait(functools.partial(self._ack_answered, reply))
-
-    def _apply_ack(self, body: bytes, sseq: int, dseq: int, reply: str | None, now: int) -> bool:
-        """Carry out one ack message; True when it is answered (if sent as a request)."""
-        if not body or body == b"+ACK" or body == b"+OK":
-            return self._ack(sseq, dseq)
-        elif body.startswith(b"+NXT"):
-            self._ack(sseq, dseq)
-            if reply:
-                self.pull_request(reply, body[4:])
-            return False
-        elif body.startswith(b"-NAK"):
-            self._nak(sseq, dseq, body[4:].strip(), now)
-        elif body == b"+WPI":
-            if self.core.is_pending(sseq):
-                self.propose(Progress(sseq, now))
-        elif body.startswith(b"+TERM"):
-            return self._ack(sseq, dseq, term=True)
-        else:
-            return False
-        return True
-
-    def _acks_answered(self, replies: list[str], exc: BaseException | None) -> None:
-        if exc is None:
-            publish = self.client.publish
-            for reply in replies:
-                publish(reply, b"")
-        else:
-            self._ack_answered("", exc)
-
-    def _ack_answered(self, reply: str, exc: BaseException | None) -> None:
-        if exc is None:
-            self.client.publish(reply, b"")
-        else:
-            # No answer: the requester's ack times out, so it cannot believe in an ack that
-            # may be lost.
-            log.error("consumer %s > %s: ack not committed: %s", self.core.stream, self.name, exc)
-
-    def _ack(self, sseq: int, dseq: int, term: bool = False) -> bool:
-        """True when taken. One for what we have not delivered yet, or that the group
-        refused, is not answered (as on nats-server): the requester retries."""
-        core = self.core
-        if sseq >= core.sseq and sseq > core.state.delivered.stream_seq:
-            return False
-        limit = core.cfg.max_ack_pending
-        was_full = 0 < limit <= len(core.state.pending)
-        core.last_ack_ns = self.last_activity_ns
-        self.propose(Acked(sseq, dseq, term))
-        if was_full and len(core.state.pending) < limit:
-            self.kick()
-        return not self.last_refused
-
-    def _nak(self, sseq: int, dseq: int, arg: bytes, now: int) -> None:
-        core = self.core
-        st = core.state
-        if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or not core.is_pending(sseq):
-            return
-        delay = parse_nak_delay(arg)
-        ack_wait = self.cfg.ack_wait
-        if delay is not None and delay > 0:
-            self.propose(Nakked(sseq, now - ack_wait + delay, delayed=True))
-            self._arm_ack_timer(now, due=now + delay)
-            return
-        self.propose(Nakked(sseq, now - ack_wait, delayed=False))
-        core.nak_now(sseq)
         self.kick()
 
     def _force_expire_pending(self) -> None:
