@@ -33,6 +33,13 @@ MYPYC_MODULES = [
     "src/jetraft/server/core/client_conn.py",
     "src/jetraft/server/core/router.py",
     "src/jetraft/server/core/sublist.py",
+    "src/jetraft/jetstream/stream.py",
+    "src/jetraft/jetstream/store/_base.py",
+    "src/jetraft/jetstream/store/_blocks.py",
+    "src/jetraft/jetstream/store/_index.py",
+    "src/jetraft/jetstream/store/_records.py",
+    "src/jetraft/jetstream/store/file.py",
+    "src/jetraft/jetstream/store/memory.py",
 ]
 
 
