@@ -76,7 +76,8 @@ class FileStore(BaseStore):
     """A stream store in ``directory`` (created if missing). Raises ``StoreCorruption`` when
     the directory holds damaged records, ``StoreError`` when another store has it open."""
 
-    _size_of = staticmethod(file_msg_size)
+    def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        return file_msg_size(subject, headers, data)
 
     def __init__(
         self,
