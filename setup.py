@@ -21,10 +21,13 @@ import tempfile
 
 from setuptools import setup
 
-# The modules on the per-message paths of core publish/subscribe (profiled with py-spy on
-# benchmarks/core_pubsub.py): the client protocol parser, subject matching, routing and the
-# client connection's delivery and write buffering. Each must compile under mypyc without
-# changing behaviour; Python code cannot subclass their classes once compiled.
+# The modules on the per-message paths (profiled with py-spy on benchmarks/core_pubsub.py and
+# benchmarks/js_cpu.py): the client protocol parser, subject matching, routing and the client
+# connection's delivery and write buffering (core publish/subscribe); the stream state
+# machine, the file and memory stores, the consumer core and the server's JetStream intake,
+# commit and delivery glue (JetStream publish and consume). Each must compile under mypyc
+# without changing behaviour (docs/architecture.md, "The compiled build", lists what that
+# rules out: msgspec Structs stay in modules not listed here, such as jetstream/entries.py).
 MYPYC_MODULES = [
     "src/jetraft/protocol/client.py",
     "src/jetraft/protocol/headers.py",
