@@ -5,6 +5,8 @@ nothing is acknowledged without a quorum."""
 from __future__ import annotations
 
 import asyncio
+import json
+import shutil
 
 import nats
 import nats.errors
@@ -232,9 +234,12 @@ async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
     raft_dir = victim.store_dir / "jetstream" / "_raft_"
     stream_groups = [p for p in raft_dir.iterdir() if p.name.startswith("S-")]
     assert stream_groups
-    for group in stream_groups:  # its copy of the stream is gone
+    for group in stream_groups:  # its copy of the stream (log and store) is gone
         for f in group.iterdir():
-            f.unlink()
+            if f.is_dir():
+                shutil.rmtree(f)
+            else:
+                f.unlink()
     victim.start()
     await cl.wait_mesh()
     await wait_until(lambda: cl.stream_messages("LOST").get(victim.name) == 50, 30,
@@ -252,3 +257,61 @@ async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
     await _check_all_present(nc2, "LOST", acked)
     await nc.close()
     await nc2.close()
+
+
+async def test_a_step_down_whose_successor_cannot_take_over_still_ends_the_leadership(
+    make_cluster: ClusterFactory,
+) -> None:
+    """The step-down names a replica that is paused (SIGSTOP: alive, silent), so the
+    hand-over cannot finish. As nats-server's, the step-down still ends the leadership:
+    the leader gives up after an election period and the replica that answers is
+    elected; publishing continues on it. The same for the meta group."""
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    client_node = cl.nodes[0]
+    nc = await cl.connect(client_node)
+    js = nc.jetstream()
+    await js.add_stream(name="SD", subjects=["sd"], num_replicas=3)
+    acked = {i: (await _publish_reliably(nc, "sd", i))[0] for i in range(10)}
+    before = await _leader(nc, "SD")
+    paused = _other(cl, before, client_node.name)
+    answering = _other(cl, before, paused.name)
+    paused.pause()
+    try:
+        body = json.dumps({"placement": {"preferred": paused.name}}).encode()
+        reply = await nc.request("$JS.API.STREAM.LEADER.STEPDOWN.SD", body, timeout=5)
+        assert json.loads(reply.data).get("success") is True, reply.data
+
+        async def moved() -> str | None:
+            info = await js.stream_info("SD")
+            lead = info.cluster.leader if info.cluster else None
+            return lead if lead and lead != before else None
+
+        assert await wait_until(moved, 20, "the stream leader to change") == answering.name
+        acked[10], _ = await _publish_reliably(nc, "sd", 10)
+    finally:
+        paused.resume()
+    await _check_all_present(nc, "SD", acked)
+    await wait_until(lambda: cl.stream_messages("SD") == {n.name: 11 for n in cl.nodes},
+                     30, "every replica to hold every message")
+    await nc.close()
+
+    meta_before = await cl.wait_jetstream()
+    sys_node = _other(cl, meta_before)
+    paused = _other(cl, meta_before, sys_node.name)
+    sysc = await cl.connect_system(sys_node)
+    paused.pause()
+    try:
+        body = json.dumps({"placement": {"preferred": paused.name}}).encode()
+        reply = await sysc.request("$JS.API.META.LEADER.STEPDOWN", body, timeout=5)
+        assert json.loads(reply.data).get("success") is True, reply.data
+
+        def meta_moved() -> str | None:
+            lead = cl.meta_leader()  # as the running servers see it
+            return lead if lead and lead != meta_before else None
+
+        assert await wait_until(meta_moved, 20, "the meta leader to change") == sys_node.name
+    finally:
+        paused.resume()
+    await sysc.close()

@@ -9,6 +9,10 @@ simulator stays able to tell.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from jetraft.sim.__main__ import main
@@ -112,12 +116,20 @@ def test_every_fix_has_a_seed() -> None:
 
 
 def test_a_seed_replays_exactly() -> None:
+    """Twice in one process, and through the replay command in a process whose string
+    hashing differs (PYTHONHASHSEED): set order of hashed keys must not steer a run."""
     a: list[str] = []
     b: list[str] = []
     ra = run_cluster_seed(2, ClusterConfig(fixes=ALL_FIXES), a.append)
     rb = run_cluster_seed(2, ClusterConfig(fixes=ALL_FIXES), b.append)
     assert ra.ok and ra.stats == rb.stats
     assert a == b and len(a) > 500
+    out = subprocess.run(
+        [sys.executable, "-m", "jetraft.sim", "--cluster", "--seed", "2", "--trace"],
+        env={**os.environ, "PYTHONHASHSEED": "12345"},
+        capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.splitlines()
+    assert out[:-1] == a
 
 
 def test_everything_is_exercised() -> None:

@@ -315,7 +315,9 @@ class RaftCore:
             if self.cfg.check_quorum and not self._quorum_active():
                 self.become_follower(self.term, "")
                 return
-            self.transferee = ""  # a transfer that did not finish in an election period
+            if self.transferee:
+                self._give_up_leadership()
+                return
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
         removal_done = self.log.committed >= self.log.last_config_index()
         for pid, pr in list(self.prs.items()):
@@ -337,6 +339,15 @@ class RaftCore:
                     commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit,
                                                self.is_member(pid)))
+
+    def _give_up_leadership(self) -> None:
+        """A transfer did not finish within an election period (its target down, slow, or
+        cut off): step down anyway, as a step-down asks (nats-server's always gives up
+        leadership). Staying leader would leave a step-down without effect. Our own
+        campaign waits one more election period, so that any other voter able to win
+        goes first; if none can, we are elected again."""
+        self.become_follower(self.term, "")
+        self.elapsed = -self.cfg.election_ticks
 
     def _quorum_active(self) -> bool:
         voters = self.membership.voters
@@ -552,15 +563,23 @@ class RaftCore:
         )
 
     def transfer_leadership(self, to: str | None = None) -> str:
-        """Hand leadership to `to`, or to the most up-to-date voter. Returns the target;
-        proposals are refused until the transfer ends (at most an election period)."""
+        """Hand leadership to `to`, or to the most up-to-date voter we hear from; returns
+        the target. Proposals are refused until the transfer ends: if the target has not
+        taken over an election period after the latest request, we step down anyway. A
+        caller that keeps asking keeps the transfer going: a replica leaving its group
+        does, while its successor catches up (a snapshot, a repair); stepping down then
+        would hand leadership to another leaving replica, over and over (cluster
+        simulator seed 285 of 5 servers)."""
         if self.role is not Role.LEADER:
             raise NotLeader(self.lead)
         others = [v for v in self.membership.voters if v != self.id]
         if to is None:
             if not others:
                 raise RaftError("no other voter to transfer leadership to")
-            to = max(others, key=lambda v: (self.prs[v].match, v))
+            # The most up-to-date voter may be paused or cut off: a transfer to it would
+            # only end when it expires (nats-server too hands over to a peer it hears).
+            heard = [v for v in others if self._heard_recently(v)] or others
+            to = max(heard, key=lambda v: (self.prs[v].match, v))
         elif to == self.id:
             return to
         elif to not in others:
@@ -572,6 +591,10 @@ class RaftCore:
         else:
             replication.send_append(self, to)
         return to
+
+    def _heard_recently(self, peer: str) -> bool:
+        heard = self.prs[peer].last_heard_tick
+        return heard >= 0 and self.ticks - heard < self.cfg.election_ticks
 
     # ------------------------------------------------------------------ snapshots
     def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:

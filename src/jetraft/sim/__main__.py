@@ -9,7 +9,9 @@ simulated JetStream cluster.
 `--sm mixed` (the default) gives the seeds in turn the running hash, the self-durable
 hash and the JetStream stream (jetraft.jetstream.stream.Stream over a MemoryStore, with
 publishes, Nats-Msg-Id duplicates, expected-sequence checks, rollups, TTLs, deletes,
-purges, expiries and config updates); the checker compares the replicas' streams.
+purges, expiries and config updates), and that stream over a checkpointed FileStore on
+the replica's crashing disk (`stream-file`: self-durable, as a clustered file stream's
+replica); the checker compares the replicas' streams.
 
 `--cluster` runs jetraft.sim.cluster instead: 3 or 5 simulated servers (`--nodes`), each
 with the meta group and the stream and consumer groups placed on it, clients publishing,

@@ -5,13 +5,14 @@ from __future__ import annotations
 from jetraft.raft.sim.node import Payload, SmFactory
 from jetraft.raft.sim.world import STATE_MACHINES, SeedResult, SimConfig, run_seed
 
-from .stream_sm import stream_payload, stream_sm
+from .stream_sm import durable_stream_sm, stream_payload, stream_sm
 
 MACHINES: dict[str, tuple[SmFactory, Payload]] = {
     **STATE_MACHINES,
     "stream": (stream_sm, stream_payload),
+    "stream-file": (durable_stream_sm, stream_payload),
 }
-MIXED = ("hash", "durable", "stream")
+MIXED = ("hash", "durable", "stream", "stream-file")
 
 
 def machine_of(seed: int, sm: str) -> str:
@@ -21,8 +22,9 @@ def machine_of(seed: int, sm: str) -> str:
 
 def config_for(nodes: int, sm: str) -> SimConfig:
     factory, payload = MACHINES[sm]
-    chunk = 512 if sm == "stream" else 6  # several chunks per snapshot either way
-    scale = 4 if sm == "stream" else 1  # a stream entry is a message: larger than an id
+    stream = sm.startswith("stream")
+    chunk = 512 if stream else 6  # several chunks per snapshot either way
+    scale = 4 if stream else 1  # a stream entry is a message: larger than an id
     return SimConfig(nodes=nodes, sm=factory, sm_name=sm, payload=payload,
                      max_snapshot_chunk_bytes=chunk, entry_scale=scale)
 

@@ -10,6 +10,11 @@ snapshot restore, every stored message and the dedupe window.
 
 A snapshot carries everything apply() decides with: the store's own snapshot, the dedupe
 window, the last Nats-Msg-Id and the TTL heap, and the running digest of answers.
+
+``DurableStreamStateMachine`` (``--sm stream-file``) keeps the stream in a checkpointed
+FileStore on the replica's crashing disk, as a clustered file stream's replica does
+(``server.js.clustered.stream_file``): a self-durable state machine, restarted from its last
+checkpoint after every simulated crash, whose log is compacted under markers.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import random
 
 import msgspec
 
+from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream import (
     DeleteMsg,
     Expire,
@@ -70,8 +77,11 @@ _dec = msgspec.msgpack.Decoder(_Snap)
 
 
 class StreamStateMachine:
-    def __init__(self) -> None:
-        self.stream = Stream(stream_config(), MemoryStore(), created_ns=T0)
+    def __init__(
+        self, store: StreamStore | None = None, config: StreamConfig | None = None
+    ) -> None:
+        config = config or stream_config()
+        self.stream = Stream(config, store or MemoryStore(), created_ns=T0)
         self._index = 0
         self._digest = b"\0" * 16
 
@@ -123,6 +133,74 @@ class StreamStateMachine:
 
 def stream_sm(disk: MemDisk) -> SimStateMachine:
     return StreamStateMachine()
+
+
+class _Ckpt(msgspec.Struct, array_like=True):
+    digest: bytes
+    config: StreamConfig
+    dedupe: list[tuple[str, int, int]]
+    last_msg_id: str
+    ttl_heap: list[tuple[int, int]]
+
+
+class DurableStreamStateMachine(StreamStateMachine):
+    """The stream in a checkpointed FileStore on the replica's disk: a checkpoint (with
+    the digest, config and state beside the store) and a store sync every ``every``
+    entries; skips replayed entries it holds; ``restore`` durable on return."""
+
+    ROOT = "/stream"
+
+    def __init__(self, disk: MemDisk, every: int = 4) -> None:
+        store = FileStore(self.ROOT, disk=disk, block_size=1024, checkpoints=True)
+        found = store.checkpointed
+        ck = None if found is None else msgspec.msgpack.decode(found[1], type=_Ckpt)
+        # The stream opens under the checkpoint's config: another one's limits would
+        # change the store before anything is applied.
+        super().__init__(store, ck.config if ck is not None else None)
+        self._every = every
+        self._since = 0
+        self._durable = 0
+        if found is not None and ck is not None:
+            self.stream.reload(ck.config, ck.dedupe, ck.last_msg_id, ck.ttl_heap)
+            self._index = self._durable = found[0]
+            self._digest = ck.digest
+
+    def durable_index(self) -> int:
+        return self._durable
+
+    def _state(self) -> bytes:
+        dedupe, last_msg_id, ttl = self.stream.beside_store()
+        return _enc.encode(_Ckpt(self._digest, self.stream.config, dedupe, last_msg_id, ttl))
+
+    def apply(self, entry: Entry) -> object:
+        if entry.index <= self._index:
+            return None  # held already (replayed after a restart)
+        result = super().apply(entry)
+        self._since += 1
+        if self._since >= self._every:
+            store = self.stream.store
+            assert isinstance(store, FileStore)
+            store.checkpoint(self._index, self._state())
+            store.sync()
+            self._durable = self._index
+            self._since = 0
+        return result
+
+    def restore(self, data: bytes) -> None:
+        snap = _dec.decode(data)
+        store = self.stream.store
+        assert isinstance(store, FileStore)
+        ck = _Ckpt(snap.digest, snap.config, snap.dedupe, snap.last_msg_id, snap.ttl_heap)
+        store.restore(snap.store, (snap.index, _enc.encode(ck)))
+        self.stream = Stream(snap.config, store, created_ns=T0)
+        self.stream.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl_heap)
+        self._index = self._durable = snap.index
+        self._digest = snap.digest
+        self._since = 0
+
+
+def durable_stream_sm(disk: MemDisk) -> SimStateMachine:
+    return DurableStreamStateMachine(disk)
 
 
 def stream_payload(rng: random.Random, pid: bytes) -> bytes:

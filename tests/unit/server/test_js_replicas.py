@@ -173,6 +173,7 @@ class _Stream:
 @pytest.fixture
 def streams(monkeypatch: pytest.MonkeyPatch) -> list[_Stream]:
     monkeypatch.setattr(replicas, "StreamReplica", _Stream)
+    monkeypatch.setattr(replicas, "FileStreamReplica", _Stream)
     monkeypatch.setattr(replicas, "LEAVE_CHECK_S", 0.01)
     _Stream.made = []
     return _Stream.made

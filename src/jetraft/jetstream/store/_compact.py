@@ -12,6 +12,8 @@ durable) and rewrites only blocks without removals since the last sync (``Block.
 * ERASED: becomes a SKIP when at or above ``durable_first`` (its sequence still bounds the
   last sequence), else dropped;
 * FLOOR, SKIP: kept when at or above ``durable_first``;
+* CKPT: the block's last one is kept, in place (it may be the newest of the store, where a
+  checkpointed store's recovery cuts); earlier ones are superseded by it;
 * and when the records dropped reached a higher sequence than those kept, a SKIP to it: a
   block never forgets how far the sequence went (a removed last message), whatever newer
   blocks made durable yet.
@@ -86,10 +88,15 @@ def rewrite(
 
     r = Rewrite()
     records = _records(b, data, ix)
+    last_ckpt = max((p[0] for p in records if p[1] == rec.KIND_CKPT), default=-1)
     out = r.out
     top = top_ts = 0  # the highest sequence any record of the block implies
     with memoryview(data) as mv:
         for off, kind, rlen, _slen, seq, ts, _hlen in records:
+            if kind == rec.KIND_CKPT:
+                if off == last_ckpt:
+                    out += mv[off : off + rlen]
+                continue
             if kind not in (rec.KIND_DEL, rec.KIND_FLOOR) and seq > top:
                 top, top_ts = seq, ts
             if kind == rec.KIND_MSG:

@@ -4,15 +4,17 @@ Every record, little endian::
 
     magic   4  b"JRM1"
     length  u32  whole record, header and checksum included
-    kind    u8   MSG | DEL | FLOOR | SKIP | END | ERASED
+    kind    u8   MSG | DEL | FLOOR | SKIP | END | ERASED | CKPT
     flags   u8   SEALED when the body is encrypted
     slen    u16  subject length (MSG)
     seq     u64  MSG: its seq; DEL: highest deleted seq; FLOOR: new first seq;
                  SKIP: new last seq; END: number of messages (snapshots); ERASED: the seq
-                 of the message whose record this was
+                 of the message whose record this was; CKPT: the owner's index (a RAFT
+                 log index) whose state the records before it are
     ts      i64  MSG, ERASED: timestamp; FLOOR/SKIP: last_ts at the time; DEL: number of seqs
     hlen    u32  MSG: header block length, 0xFFFFFFFF for "no headers"
-    body         MSG: subject, headers, data; DEL: (start, count) u64 pairs; ERASED: zeros
+    body         MSG: subject, headers, data; DEL: (start, count) u64 pairs; ERASED: zeros;
+                 CKPT: the owner's opaque state at that index
     crc32   u32  zlib.crc32 of everything before it
 
 Sealed (encryption at rest): the body is ``cipher.seal(plain body, aad=header)``, so it is
@@ -23,7 +25,8 @@ followed by zeros. The CRC covers the record as written (it finds torn writes wi
 Meaning on replay, in file order: MSG appends (its seq is above every seq seen before); DEL
 removes the listed seqs; FLOOR removes everything below ``seq`` (and moves last_seq up to
 ``seq - 1`` when it is past the end); SKIP moves last_seq up to ``seq``; ERASED is a message
-that was deleted and overwritten in place (secure erase): its seq exists, its bytes do not.
+that was deleted and overwritten in place (secure erase): its seq exists, its bytes do not;
+CKPT changes nothing in the store (see ``FileStore.checkpoint``).
 DEL, FLOOR and SKIP only ever remove or skip, so replaying them late is harmless, which lets
 the writer batch them at flush time.
 """
@@ -54,7 +57,10 @@ KIND_FLOOR = 3
 KIND_SKIP = 4
 KIND_END = 5
 KIND_ERASED = 6
-_KINDS = frozenset((KIND_MSG, KIND_DEL, KIND_FLOOR, KIND_SKIP, KIND_END, KIND_ERASED))
+KIND_CKPT = 7
+_KINDS = frozenset(
+    (KIND_MSG, KIND_DEL, KIND_FLOOR, KIND_SKIP, KIND_END, KIND_ERASED, KIND_CKPT)
+)
 FLAG_SEALED = 0x01
 KIND_AT = 8  # byte offsets of the kind and flags fields in the header
 FLAGS_AT = 9

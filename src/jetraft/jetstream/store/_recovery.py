@@ -169,8 +169,75 @@ def _apply(st: _Replay, b: Block, data: bytes, parsed: rec.Parsed, present: arra
         ix.skip_to(seq)
         ix.last_ts = ts
         b.max_ref = max(b.max_ref, seq)
-    else:
+    elif kind != rec.KIND_CKPT:  # a checkpoint changes nothing in the store
         raise StoreCorruption(b.path, off, "snapshot end record inside a block")
+
+
+def cut_to_checkpoint(
+    disk: StoreDisk, msgs_dir: str, cipher: RecordCipher | None
+) -> tuple[int, bytes] | None:
+    """A checkpointed store (see ``FileStore``, ``checkpoints``): cut every record after the
+    last CKPT record, which is the effect of work its owner had not finished (never covered
+    by a checkpoint, so never reported durable); returns that checkpoint (index, state), or
+    None when there is none (then every block goes: nothing was ever checkpointed).
+
+    Blocks are walked from the last one back, usually one or two are read. A bad record
+    followed by valid ones is corruption (raised), as on any open; a torn tail is cut with
+    the rest."""
+    blocks = list_blocks(disk, msgs_dir)
+    found: tuple[int, int, int, bytes] | None = None  # (block position, end, index, state)
+    for k in range(len(blocks) - 1, -1, -1):
+        b = blocks[k]
+        data = disk.read(b.path)
+        last = _last_checkpoint(b, data, cipher)
+        if last is not None:
+            found = (k, *last)
+            break
+    keep = found[0] if found is not None else -1
+    if found is not None:
+        # Synced whether cut or not: a process crash may have left the checkpoint written
+        # but not durable, and its owner reports it durable as of this open.
+        b = blocks[keep]
+        f = disk.open_append(b.path)
+        try:
+            if disk.size(b.path) > found[1]:
+                f.truncate(found[1])
+            f.sync()
+        finally:
+            f.close()
+    gone = blocks[keep + 1 :]
+    for b in reversed(gone):  # newest first: a crash midway leaves a prefix of blocks
+        disk.remove(b.path)
+    if gone:
+        disk.sync_dir(msgs_dir)
+    return None if found is None else (found[2], found[3])
+
+
+def _last_checkpoint(
+    b: Block, data: bytes, cipher: RecordCipher | None
+) -> tuple[int, int, bytes] | None:
+    """(end offset, index, state) of the block's last CKPT record."""
+    off, n = 0, len(data)
+    last: tuple[int, int, bytes] | None = None
+    while off < n:
+        try:
+            _, kind, rlen, _slen, seq, _ts, _hlen = rec.check_one(data, off)
+        except rec.BadRecord as e:
+            rec_len = 0 if e.truncated else rec.framed_length(data, off)
+            if rec_len:  # an interrupted erase: recovery judges it
+                off += rec_len
+                continue
+            if rec.valid_record_after(data, off) >= 0:
+                raise StoreCorruption(b.path, off, e.reason) from None
+            break  # a torn tail
+        if kind == rec.KIND_CKPT:
+            try:
+                state = bytes(rec.plain_body(data, off, rlen, cipher))
+            except CipherError as e:
+                raise StoreCorruption(b.path, off, str(e)) from None
+            last = (off + rlen, seq, state)
+        off += rlen
+    return last
 
 
 def _recount(ix: SeqIndex[StoredMsg], blocks: list[Block]) -> None:

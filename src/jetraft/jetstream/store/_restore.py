@@ -28,6 +28,8 @@ RESTORE_DONE = "DONE"
 class _Target(Protocol):
     def _apply_snapshot(self, chunks: Iterable[bytes]) -> None: ...
 
+    def checkpoint(self, index: int, state: bytes) -> None: ...
+
     def close(self) -> None: ...
 
     def abandon(self) -> None: ...
@@ -39,13 +41,17 @@ def restore_into(
     first_block: int,
     open_store: Callable[[str, int], _Target],
     chunks: Iterable[bytes],
+    checkpoint: tuple[int, bytes] | None = None,
 ) -> bool:
-    """Steps 1 and 2; True once the restore is committed to roll forward."""
+    """Steps 1 and 2; True once the restore is committed to roll forward. ``checkpoint``
+    is appended after the snapshot's records (see ``FileStore.checkpoint``)."""
     tmp = os.path.join(root, RESTORE_DIR)
     _discard(disk, tmp)
     target = open_store(tmp, first_block)
     try:
         target._apply_snapshot(chunks)
+        if checkpoint is not None:
+            target.checkpoint(*checkpoint)
         target.close()
     except BaseException:
         target.abandon()

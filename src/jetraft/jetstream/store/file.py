@@ -32,6 +32,16 @@ Encryption at rest: with a ``RecordCipher`` every record body is sealed (see ``_
 
 Opening never deletes stream data (see ``_recovery``): a torn tail of the last block is
 truncated and reported in ``truncated``; any other bad record raises ``StoreCorruption``.
+
+Checkpointed stores (``checkpoints=True``; a clustered stream's replica): the owner applies
+work in units (RAFT entries) and appends a CKPT record, ``checkpoint(index, state)``, after
+each unit it wants to be able to restart from; opening cuts every record after the last
+CKPT record (the effects of a unit not finished) and reports it in ``checkpointed``, so the
+store is exactly the state after some whole unit. Space work that cannot be undone (secure
+erase, unlinking blocks, block rewrites) then only acts on removals that a *durable*
+checkpoint covers: the durable floor, head and erase lists advance only with syncs that
+began right at a checkpoint, and block rewrites run in ``begin_sync`` instead of at block
+rotation (whose fsync makes records durable that a checkpoint may not cover yet).
 """
 
 from __future__ import annotations
@@ -47,7 +57,7 @@ from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles, block_name
 from jetraft.jetstream.store._compact import rewrite
 from jetraft.jetstream.store._index import SeqIndex
-from jetraft.jetstream.store._recovery import MSGS_DIR, recover
+from jetraft.jetstream.store._recovery import MSGS_DIR, cut_to_checkpoint, recover
 from jetraft.jetstream.store._restore import restore_into, settle_restore
 from jetraft.jetstream.store.cipher import CipherError, RecordCipher
 from jetraft.jetstream.store.disk import OS_DISK, AppendFile, OsDisk, StoreDisk, remove_dir
@@ -90,6 +100,7 @@ class FileStore(BaseStore):
         cipher: RecordCipher | None = None,
         first_block: int = 1,
         lock: bool = True,
+        checkpoints: bool = False,
     ) -> None:
         super().__init__(limits or Limits(), file_mode=True)
         self._root = os.fspath(directory)
@@ -101,6 +112,11 @@ class FileStore(BaseStore):
         self._first_block = first_block
         self._failed: BaseException | None = None
         self.truncated: list[tuple[str, int, int]] = []
+        self._checkpoints = checkpoints
+        # Checkpointed stores: the last checkpoint found on open (None: none, the store
+        # opened empty), and where the newest one written ends (block, offset).
+        self.checkpointed: tuple[int, bytes] | None = None
+        self._ckpt_end = (0, 0)
         self._disk.makedirs(self._root)
         self._lock_fd = -1
         if lock and isinstance(self._disk, OsDisk):
@@ -132,6 +148,8 @@ class FileStore(BaseStore):
         disk = self._disk
         settle_restore(disk, self._root)
         disk.makedirs(self._msgs_dir)
+        if self._checkpoints:
+            self.checkpointed = cut_to_checkpoint(disk, self._msgs_dir, self._cipher)
         self._ix = SeqIndex(True)
         blocks, self.truncated = recover(disk, self._msgs_dir, self._ix, self._cipher)
         self._blocks: dict[int, Block] = {b.idx: b for b in blocks}
@@ -161,6 +179,7 @@ class FileStore(BaseStore):
             self._new_active(max(self._first_block, 1))
             disk.sync_dir(self._msgs_dir)
             self._dir_dirty = False
+        self._ckpt_end = (self._active.idx, self._active.size)
 
     def _new_active(self, idx: int) -> None:
         block = Block(idx, os.path.join(self._msgs_dir, block_name(idx)))
@@ -315,6 +334,8 @@ class FileStore(BaseStore):
             self._new_active(sealed + 1)
         except OSError as e:
             raise self._fail(e) from e
+        if self._checkpoints:
+            return  # durable, but not covered by a checkpoint: see begin_sync
         # Everything written so far is durable now (older blocks were synced when sealed):
         # the space work that waits for durability can run.
         self._durable_floor = self._floor_written
@@ -387,13 +408,19 @@ class FileStore(BaseStore):
         try:
             paths = self._overwrite_erased()
             self._drop_front_blocks()
+            if self._checkpoints:
+                self._compact_some()
         except OSError as e:
             raise self._fail(e) from e
         self._write_out()
-        self._synced_floor = self._floor_written
-        self._synced_head = self._active.idx
-        self._dirty_blocks.clear()
-        self._erase_ready, self._erase_new = self._erase_new, []
+        if not self._checkpoints or self._at_checkpoint():
+            # What this sync makes durable may be built on by the space work of later ones
+            # (checkpointed: only when it ends with a checkpoint, see the module doc).
+            self._synced_floor = self._floor_written
+            self._synced_head = self._active.idx
+            self._dirty_blocks.clear()
+            self._erase_ready += self._erase_new
+            self._erase_new = []
         files = [self._wf] if self._unsynced else []
         dir_path = self._msgs_dir if self._dir_dirty else None
         self._unsynced = self._dir_dirty = False
@@ -417,6 +444,30 @@ class FileStore(BaseStore):
                 raise StoreError(f"stream store {self._root} failed: {e}") from e
 
         return finish
+
+    # --- checkpoints (see the module doc) -----------------------------------------------
+
+    def checkpoint(self, index: int, state: bytes) -> None:
+        """Record that the store now holds the owner's state after unit ``index`` (with
+        ``state``, opaque here, returned by the open that finds this checkpoint last).
+        Buffered like every record: durable with the next sync."""
+        self._check()
+        self._emit_controls()  # the removals of the unit go before its checkpoint
+        if self._active.size + len(self._wbuf) >= self._block_size:
+            self._rotate()
+        rec.append_control(self._wbuf, rec.KIND_CKPT, index, 0, state, self._cipher)
+        self._ckpt_end = (self._active.idx, self._active.size + len(self._wbuf))
+        if len(self._wbuf) >= FLUSH_BYTES:
+            self._write_out()
+
+    def _at_checkpoint(self) -> bool:
+        """Nothing was stored or removed since the last checkpoint (after a write-out)."""
+        return (
+            self._ckpt_end == (self._active.idx, self._active.size + len(self._wbuf))
+            and not self._pending_dels
+            and self._ix.first == self._floor_written
+            and self._ix.last <= self._last_covered
+        )
 
     # --- secure erase ----------------------------------------------------------------------
 
@@ -634,9 +685,12 @@ class FileStore(BaseStore):
 
     # --- lifecycle -------------------------------------------------------------------------
 
-    def restore(self, chunks: Iterable[bytes]) -> None:
+    def restore(
+        self, chunks: Iterable[bytes], checkpoint: tuple[int, bytes] | None = None
+    ) -> None:
         """Replace the content with a snapshot, crash-safely (see ``_restore``): a damaged
-        snapshot raises and leaves the current content untouched."""
+        snapshot raises and leaves the current content untouched. ``checkpoint``: (index,
+        state) written after the snapshot's records, in the same atomic step."""
         self._check()
         first_new = max(self._blocks) + 1
         staged = restore_into(
@@ -653,6 +707,7 @@ class FileStore(BaseStore):
                 lock=False,
             ),
             chunks,
+            checkpoint,
         )
         assert staged
         self._close_files()

@@ -112,7 +112,8 @@ class World:
         self.stats = {
             "crashes": 0, "kills": 0, "sync_crashes": 0, "io_errors": 0, "slow_io": 0,
             "corruptions": 0, "restarts": 0, "partitions": 0, "one_way": 0, "flaky": 0,
-            "changes": 0, "transfers": 0, "snapshots": 0, "removed": 0,
+            "changes": 0, "transfers": 0, "transfers_expired": 0, "snapshots": 0,
+            "removed": 0,
         }
         self.faults = Faults(self)
         self.in_safety = True
@@ -225,12 +226,23 @@ class World:
             if not node.up or node.driver is None:
                 continue
             if (now + self.phase[nid]) % self.period[nid] == 0:
-                node.driver.tick()
-                self.pump(node)
+                self._tick(node)
             elif node.busy() and now >= node.job_at:  # a slow disk job completes
                 self.pump(node)
         self.checker.check_electable(self)
         self.now += 1
+
+    def _tick(self, node: SimNode) -> None:
+        assert node.driver is not None
+        core = node.driver.core
+        transferring = core.role is Role.LEADER and core.transferee != ""
+        node.driver.tick()
+        if transferring and core.role is not Role.LEADER:
+            # The transfer did not finish within an election period: the leader gave
+            # up leadership anyway (what a step-down asks), to whoever can win next.
+            self.stats["transfers_expired"] += 1
+            self.trace(f"{node.id}: transfer not done in an election period: stepped down")
+        self.pump(node)
 
     def run(self) -> SeedResult:
         try:

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.raft.disk import OsDisk
-from jetraft.raft.node import RaftNode, StateMachine, Ticker
+from jetraft.raft.node import DurableStateMachine, RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
 from jetraft.raft.wal import Recovered, Wal
 from jetraft.server.cluster.raftnet import RaftNet
@@ -70,6 +70,15 @@ def remove_durably(path: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         path.rmdir()
     disk.sync_dir(str(path.parent))
+
+
+def discard_log(path: Path) -> None:
+    """Remove a replica's log files durably, keeping its subdirectories (a state machine's
+    own files), so that it restarts as a replica whose log was lost."""
+    for child in path.iterdir():
+        if child.is_file() or child.is_symlink():
+            child.unlink()
+    OsDisk().sync_dir(str(path))
 
 
 class GroupHost(Protocol):
@@ -135,6 +144,14 @@ class RaftGroup:
         record but an empty log is not damaged: it stopped before its first fsync, so it
         acknowledged nothing and voted for nobody (see ``_recover``)."""
         wal, recovered = Wal.open(OsDisk(), str(self.dir))
+        if self._state_lost(recovered):
+            # The state machine keeps its own state (a file stream's store) and holds less
+            # than the log was compacted under: the entries in between are gone here. Drop
+            # the log (not the state machine's files) and rejoin as a replica that lost it.
+            wal.close()
+            await asyncio.to_thread(discard_log, self.dir)
+            wal, recovered = Wal.open(OsDisk(), str(self.dir))
+            known = True
         empty = not recovered.entries and recovered.snapshot is None and not (
             recovered.hard_state.term
         )
@@ -199,6 +216,19 @@ class RaftGroup:
             wal.mark_corrupt("log lost")
             recovered = dataclasses.replace(recovered, corrupt="log lost")
         return recovered
+
+    def _state_lost(self, recovered: Recovered) -> bool:
+        sm = self.sm
+        snap = recovered.snapshot
+        if not isinstance(sm, DurableStateMachine) or snap is None or not snap.external:
+            return False
+        held = sm.durable_index()
+        if held >= snap.meta.index:
+            return False
+        log.error("RAFT group %s: the log was compacted up to %d but the state kept beside "
+                  "it holds only up to %d (lost or damaged files); repairing from peers",
+                  self.group, snap.meta.index, held)
+        return True
 
     def _removed(self) -> None:
         log.info("RAFT group %s: this server was removed from the group", self.group)

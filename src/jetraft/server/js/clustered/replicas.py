@@ -43,6 +43,7 @@ from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import remove_durably
+from jetraft.server.js.clustered.stream_file import FileStreamReplica
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 
 if TYPE_CHECKING:
@@ -178,7 +179,8 @@ class ReplicaKeeper:
         if js.account_named(sa.account) is None:
             log.error("stream %s > %s: account unknown here", sa.account, sa.name)
             return None
-        replica = StreamReplica(js, sa, joining=joining)
+        kind = FileStreamReplica if sa.first_config.storage == "file" else StreamReplica
+        replica = kind(js, sa, joining=joining)
         js.streams[replica.key] = replica
         await replica.start(known=known)
         js.serve_direct(replica)

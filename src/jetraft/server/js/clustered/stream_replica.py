@@ -1,9 +1,10 @@
 """This server's replica of one clustered stream: a member of the stream's RAFT group.
 
 Every replica applies the committed entries of the group to the same deterministic stream
-state machine (``jetstream.stream.Stream``); the log is the durable record, so the messages
-themselves are kept by the state machine's store in memory and rebuilt from the log's
-snapshot and entries on restart.
+state machine (``jetstream.stream.Stream``). Here (memory streams) the log is the durable
+record: the messages are kept in a MemoryStore and rebuilt from the log's snapshot and
+entries on restart. File streams' replicas keep them in a file store instead
+(``stream_file.FileStreamReplica``).
 
 The leader alone:
 
@@ -35,6 +36,7 @@ import msgspec
 
 from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.memory import MemoryStore
+from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream import (
     Entry as StreamEntry,
 )
@@ -100,6 +102,7 @@ class _Snapshot(msgspec.Struct, array_like=True):
     dedupe: list[tuple[str, int, int]]
     last_msg_id: str
     ttl: list[tuple[int, int]]
+    index: int = 0  # the last entry applied to the state (file replicas mark it)
 
 
 class StreamReplica:
@@ -113,12 +116,8 @@ class StreamReplica:
         # first entry (joining or restarting without a snapshot), and the entries before
         # an UpdateConfig were applied under the old config (a smaller max_msg_size, say,
         # would refuse messages the others stored).
-        first = sa.first_config
-        self.stream = Stream(first, MemoryStore(), sa.created_ns, host.domain)
-        if first.first_seq > 1:
-            # As on one server: the empty store starts at first_seq. Every replica does it
-            # from the assignment, before any entry (or snapshot) is applied.
-            self.stream.store.purge(None, first.first_seq, 0)
+        self.applied_index = 0  # of the last entry applied (file replicas: see stream_file)
+        self.stream = self._make_stream(host, sa)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         self._direct_waits: set[asyncio.Task[None]] = set()
@@ -138,6 +137,20 @@ class StreamReplica:
         self._own: dict[int, tuple[bytes, LogEntry]] = {}
         self._msgs_applied = 0  # publishes applied, for pacing snapshots
         self._entries_applied = 0
+
+    def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
+        return self._with_store(sa, MemoryStore(), host.domain)
+
+    @staticmethod
+    def _with_store(sa: StreamAssignment, store: StreamStore, domain: str) -> Stream:
+        """A new replica's stream on an empty store."""
+        first = sa.first_config
+        stream = Stream(first, store, sa.created_ns, domain)
+        if first.first_seq > 1:
+            # As on one server: the empty store starts at first_seq. Every replica does it
+            # from the assignment, before any entry (or snapshot) is applied.
+            stream.store.purge(None, first.first_seq, 0)
+        return stream
 
     @property
     def name(self) -> str:
@@ -253,7 +266,12 @@ class StreamReplica:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
         dedupe, last_msg_id, ttl = stream.beside_store()
-        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl)
+        # The index the driver labels this snapshot with (its applied index: entries after
+        # our last NORMAL one are membership changes): a file replica restores it exactly.
+        node = self.group.node
+        index = node.driver.applied if node is not None else self.applied_index
+        snap = _Snapshot(stream.config, stream.created_ns, chunks, dedupe, last_msg_id, ttl,
+                         index)
         return msgspec.msgpack.encode(snap)
 
     def restore(self, data: bytes) -> None:
