@@ -21,10 +21,13 @@ import tempfile
 
 from setuptools import setup
 
-# The modules on the per-message paths of core publish/subscribe (profiled with py-spy on
-# benchmarks/core_pubsub.py): the client protocol parser, subject matching, routing and the
-# client connection's delivery and write buffering. Each must compile under mypyc without
-# changing behaviour; Python code cannot subclass their classes once compiled.
+# The modules on the per-message paths (profiled with py-spy on benchmarks/core_pubsub.py and
+# benchmarks/js_cpu.py): the client protocol parser, subject matching, routing and the client
+# connection's delivery and write buffering (core publish/subscribe); the stream state
+# machine, the file and memory stores, the consumer core and the server's JetStream intake,
+# commit and delivery glue (JetStream publish and consume). Each must compile under mypyc
+# without changing behaviour (docs/architecture.md, "The compiled build", lists what that
+# rules out: msgspec Structs stay in modules not listed here, such as jetstream/entries.py).
 MYPYC_MODULES = [
     "src/jetraft/protocol/client.py",
     "src/jetraft/protocol/headers.py",
@@ -33,6 +36,20 @@ MYPYC_MODULES = [
     "src/jetraft/server/core/client_conn.py",
     "src/jetraft/server/core/router.py",
     "src/jetraft/server/core/sublist.py",
+    "src/jetraft/jetstream/stream.py",
+    "src/jetraft/jetstream/store/_base.py",
+    "src/jetraft/jetstream/store/_blocks.py",
+    "src/jetraft/jetstream/store/_index.py",
+    "src/jetraft/jetstream/store/_records.py",
+    "src/jetraft/jetstream/store/file.py",
+    "src/jetraft/jetstream/store/memory.py",
+    "src/jetraft/jetstream/acks.py",
+    "src/jetraft/jetstream/consumer.py",
+    "src/jetraft/server/js/streams.py",
+    "src/jetraft/server/js/consumers.py",
+    "src/jetraft/server/js/consumer_runtime.py",
+    "src/jetraft/server/js/commit.py",
+    "src/jetraft/server/core/internal.py",
 ]
 
 

@@ -5,7 +5,8 @@ same dedupe table and the same answers. Nothing here reads a clock or anything l
 times and "now" for expiry come inside the entries, stamped by the proposer. The asyncio glue
 (subscriptions, group commit, timers, replies) lives in ``jetraft.server``.
 
-Entries (msgspec Structs, ``encode_entry``/``decode_entry`` give bytes for a log):
+Entries (msgspec Structs defined in ``entries`` and re-exported here; ``encode_entry``/
+``decode_entry`` give bytes for a log):
 
 * ``StoreMsg``: a publish to one of the stream's subjects. All checks happen here, in nats-
   server's order: sealed, Nats-Expected-Stream, Nats-TTL allowed, Nats-Expected-Last-Subject-
@@ -33,11 +34,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-import msgspec
-
 from jetraft.jetstream import errors as E
+from jetraft.jetstream.entries import (
+    ConsumerAck,
+    DeleteMsg,
+    Entry,
+    Expire,
+    LogEntry,
+    PubAck,
+    Purge,
+    Retire,
+    StoreBatch,
+    StoreMsg,
+    UpdateConfig,
+    decode_entry,
+    decode_log_entry,
+    encode_entry,
+)
 from jetraft.jetstream.errors import ApiError
-from jetraft.jetstream.models import encode_json
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.subjects import subject_matches
@@ -58,6 +72,28 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJ = "nats-expected-last-subject-sequence-subject"
 EXPECTED_LAST_MSG_ID = "nats-expected-last-msg-id"
 ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
+
+# The entries and PubAck live in ``entries`` (a module that is never compiled, see there);
+# their names stay importable from here.
+__all__ = [
+    "ConsumerAck",
+    "DeleteMsg",
+    "Entry",
+    "Expire",
+    "LogEntry",
+    "OpResult",
+    "PubAck",
+    "Purge",
+    "Result",
+    "Retire",
+    "StoreBatch",
+    "StoreMsg",
+    "Stream",
+    "UpdateConfig",
+    "decode_entry",
+    "decode_log_entry",
+    "encode_entry",
+]
 
 
 LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
@@ -90,118 +126,6 @@ def nats_headers(hdr: bytes) -> dict[str, str]:
             if key not in out:
                 out[key] = value.strip().decode("utf-8", "replace")
     return out
-
-
-# --- entries -------------------------------------------------------------------------------
-
-
-class StoreMsg(msgspec.Struct, frozen=True, tag="msg", array_like=True):
-    subject: str
-    reply: str
-    hdr: bytes | None
-    data: bytes
-    ts_ns: int
-
-
-class Purge(msgspec.Struct, frozen=True, tag="purge", array_like=True):
-    filter: str = ""
-    seq: int = 0  # remove everything below seq
-    keep: int = 0  # keep the newest n
-
-
-class DeleteMsg(msgspec.Struct, frozen=True, tag="del", array_like=True):
-    seq: int
-    no_erase: bool = False
-
-
-class UpdateConfig(msgspec.Struct, frozen=True, tag="cfg", array_like=True):
-    config: StreamConfig
-
-
-class Expire(msgspec.Struct, frozen=True, tag="exp", array_like=True):
-    now_ns: int
-
-
-class ConsumerAck(msgspec.Struct, frozen=True, tag="ack", array_like=True):
-    seq: int
-
-
-class Retire(msgspec.Struct, frozen=True, tag="ret", array_like=True):
-    """Interest / workqueue retention in a cluster: these messages are needed by no
-    consumer any more. The stream's leader decides (its server holds a replica of every
-    consumer of such a stream); every replica removes them alike, so replicas never depend
-    on how far their own consumer replicas got."""
-
-    seqs: list[int]
-
-
-class StoreBatch(msgspec.Struct, frozen=True, tag="msgs", array_like=True):
-    """Publishes in one log entry, applied in order (``Stream.apply_batch``): one entry,
-    one framing and checksum in the log and one decode per batch instead of per message."""
-
-    msgs: list[StoreMsg]
-
-
-Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
-# What a clustered stream's log holds: the entries above, or a batch of publishes.
-LogEntry = Entry | StoreBatch
-
-_ENTRY_ENCODER = msgspec.msgpack.Encoder()
-_ENTRY_DECODER = msgspec.msgpack.Decoder(Entry)
-_LOG_ENTRY_DECODER = msgspec.msgpack.Decoder(LogEntry)
-
-
-def encode_entry(entry: LogEntry) -> bytes:
-    return _ENTRY_ENCODER.encode(entry)
-
-
-def decode_entry(blob: bytes) -> Entry:
-    entry: Entry = _ENTRY_DECODER.decode(blob)
-    return entry
-
-
-def decode_log_entry(blob: bytes) -> LogEntry:
-    """An entry of a clustered stream's log (``StoreBatch`` included)."""
-    entry: LogEntry = _LOG_ENTRY_DECODER.decode(blob)
-    return entry
-
-
-# --- results -------------------------------------------------------------------------------
-
-
-_NAME_JSON: dict[str, bytes] = {}  # stream name -> its JSON string (PubAck.body)
-
-
-class PubAck(msgspec.Struct, frozen=True):
-    """The answer to one StoreMsg; ``reply`` is where it goes ("" = nowhere). A Struct, not
-    a dataclass: one is made per published message, and a frozen dataclass costs several
-    times as much to build."""
-
-    reply: str
-    stream: str
-    seq: int = 0
-    duplicate: bool = False
-    error: ApiError | None = None
-    domain: str = ""
-
-    def body(self) -> bytes:
-        if self.error is None and not self.duplicate and not self.domain:
-            name = _NAME_JSON.get(self.stream)
-            if name is None:
-                if len(_NAME_JSON) >= 1024:
-                    _NAME_JSON.clear()
-                name = _NAME_JSON[self.stream] = encode_json(self.stream)
-            return b'{"stream":%s,"seq":%d}' % (name, self.seq)
-        out: dict[str, object] = {}
-        if self.error is not None:
-            out["error"] = self.error.to_wire()
-        out["stream"] = self.stream
-        if self.domain:
-            out["domain"] = self.domain
-        out["seq"] = self.seq
-        if self.duplicate:
-            out["duplicate"] = True
-        return encode_json(out)
 
 
 @dataclass(frozen=True, slots=True)

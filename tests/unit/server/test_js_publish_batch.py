@@ -10,8 +10,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.types import StoredMsg
 from jetraft.jetstream.stream import (
@@ -24,6 +22,7 @@ from jetraft.jetstream.stream import (
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.raft.types import Entry, EntryKind
 from jetraft.raft.wal import Wal
+from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from tests.unit.server.test_js_reconcile_members import _ReplicaHost, _until
 
@@ -98,11 +97,14 @@ def test_a_batch_applied_on_a_follower_equals_the_same_publishes_one_by_one(
 
 
 async def test_publishes_of_one_loop_turn_are_one_entry_acked_only_once_committed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     replica = _replica(tmp_path, "leader")
     acks: list[tuple[str, bytes]] = []
-    monkeypatch.setattr(replica.client, "publish_answers", acks.extend)
+    # What the publishers' inboxes receive, through the router as any subscriber would.
+    listener = InternalClient(replica.host.router, replica.account, "inboxes")
+    for inbox in ("r1", "r2", "r3", "r4"):
+        listener.subscribe(inbox, lambda subject, _r, _h, data: acks.append((subject, data)))
     await replica.start()
     try:
         node = replica.group.node

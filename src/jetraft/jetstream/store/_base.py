@@ -8,8 +8,9 @@ stores decide identically; the file store only records the outcome.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
+from jetraft._mypyc import mypyc_attr
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._index import SeqIndex
 from jetraft.jetstream.store._match import normalize
@@ -30,10 +31,9 @@ from jetraft.jetstream.store.types import (
 SNAPSHOT_CHUNK = 1 << 20
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # MemoryStore, see there
 class BaseStore:
     """The shared half of a stream store (see ``types.StreamStore`` for the contract)."""
-
-    _size_of: Callable[[str, bytes | None, bytes], int]
 
     def __init__(self, limits: Limits, file_mode: bool) -> None:
         self._ix: SeqIndex[StoredMsg] = SeqIndex(file_mode)
@@ -41,6 +41,10 @@ class BaseStore:
         self._closed = False
 
     # --- hooks -----------------------------------------------------------------------------
+
+    def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        """What a message counts against max_bytes in this kind of store."""
+        raise NotImplementedError
 
     def _append(
         self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int, size: int

@@ -86,7 +86,8 @@ class FileStore(BaseStore):
     """A stream store in ``directory`` (created if missing). Raises ``StoreCorruption`` when
     the directory holds damaged records, ``StoreError`` when another store has it open."""
 
-    _size_of = staticmethod(file_msg_size)
+    def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        return file_msg_size(subject, headers, data)
 
     def __init__(
         self,
@@ -165,7 +166,7 @@ class FileStore(BaseStore):
         self._unsynced = False
         self._dir_dirty = False
         self._retired: list[AppendFile] = []  # sealed blocks' writers, closed after a sync
-        self._volatile: set[int] = set()  # blocks that lost messages since the last sync
+        self._dirty_blocks: set[int] = set()  # blocks that lost messages since the last sync
         # Secure erase: (block, offset, length, seq, ts) whose DEL is not durable yet / is.
         self._erase_new: list[tuple[Block, int, int, int, int]] = []
         self._erase_ready: list[tuple[Block, int, int, int, int]] = []
@@ -262,7 +263,7 @@ class FileStore(BaseStore):
             b.live -= 1
             b.live_bytes -= rlen
             b.settled = False
-            self._volatile.add(b.idx)
+            self._dirty_blocks.add(b.idx)
         self._pending_dels.append(seq)
 
     def _compacted(self) -> None:
@@ -339,7 +340,7 @@ class FileStore(BaseStore):
         # the space work that waits for durability can run.
         self._durable_floor = self._floor_written
         self._durable_head = max(self._durable_head, sealed)
-        self._volatile.clear()
+        self._dirty_blocks.clear()
         self._drop_front_blocks()
         self._compact_some()
 
@@ -417,7 +418,7 @@ class FileStore(BaseStore):
             # (checkpointed: only when it ends with a checkpoint, see the module doc).
             self._synced_floor = self._floor_written
             self._synced_head = self._active.idx
-            self._volatile.clear()
+            self._dirty_blocks.clear()
             self._erase_ready += self._erase_new
             self._erase_new = []
         files = [self._wf] if self._unsynced else []
@@ -534,7 +535,7 @@ class FileStore(BaseStore):
             and b.size
             and not b.settled
             and not b.erasing
-            and b.idx not in self._volatile
+            and b.idx not in self._dirty_blocks
             and b.live_bytes * 2 < b.size
         ]
         cands.sort(key=lambda b: b.live_bytes / b.size)
@@ -550,7 +551,7 @@ class FileStore(BaseStore):
         ``_compact``); unlinked when nothing does."""
         self._check()
         b = self._blocks[idx]
-        if b is self._active or b.erasing or b.idx in self._volatile:
+        if b is self._active or b.erasing or b.idx in self._dirty_blocks:
             raise StoreError("only a sealed block unchanged since the last sync can be rewritten")
         try:
             data = self._files.get(b).pread(0, b.size)

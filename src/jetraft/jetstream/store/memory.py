@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from jetraft._mypyc import mypyc_attr
 from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import Limits, StoredMsg, memory_msg_size
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)
 class MemoryStore(BaseStore):
-    """Everything in memory; ``sync`` and ``flush`` are no-ops, nothing survives a restart."""
+    """Everything in memory; ``sync`` and ``flush`` are no-ops, nothing survives a restart.
+    Plain Python may subclass it in the compiled build too (the tests' sources do)."""
 
-    _size_of = staticmethod(memory_msg_size)
+    def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        return memory_msg_size(subject, headers, data)
 
     def __init__(self, limits: Limits | None = None) -> None:
         super().__init__(limits or Limits(), file_mode=False)

@@ -13,6 +13,7 @@ from jetraft.jetstream.store import FileStore, Limits, MemoryStore
 from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import MemDisk, StoreDisk
+from jetraft.jetstream.store.types import file_msg_size, memory_msg_size
 
 
 class Harness:
@@ -48,8 +49,8 @@ class Harness:
         return self.store
 
     def size(self, subject: str, headers: bytes | None, data: bytes) -> int:
-        kind = MemoryStore if self.kind == "memory" else FileStore
-        return kind._size_of(subject, headers, data)
+        size_of = memory_msg_size if self.kind == "memory" else file_msg_size
+        return size_of(subject, headers, data)
 
     def close(self) -> None:
         if self.store is not None:

@@ -37,7 +37,8 @@ HDR = b"NATS/1.0\r\nX: y\r\n\r\n"
 
 
 class FileSizedMemory(MemoryStore):
-    _size_of = staticmethod(file_msg_size)
+    def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
+        return file_msg_size(subject, headers, data)
 
 
 Msg = tuple[str, bytes | None, bytes, int]
