@@ -47,6 +47,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/consumer.py",
     "src/jetraft/server/js/streams.py",
     "src/jetraft/server/js/consumers.py",
+    "src/jetraft/server/js/consumer_acks.py",
     "src/jetraft/server/js/consumer_runtime.py",
     "src/jetraft/server/js/commit.py",
     "src/jetraft/server/core/internal.py",
