@@ -67,6 +67,17 @@ async def wait_until(
         await asyncio.sleep(interval_s)
 
 
+async def stream_leader(nc: nats.NATS, stream: str, timeout_s: float = 30.0) -> str:
+    """The name of the stream's leader, once its info names one (errors while there is
+    none, or while the cluster settles, are polled through)."""
+
+    async def known() -> str | None:
+        info = await nc.jetstream().stream_info(stream)
+        return info.cluster.leader if info.cluster and info.cluster.leader else None
+
+    return await wait_until(known, timeout_s, f"a leader for {stream}")
+
+
 @dataclass
 class Node:
     index: int  # 1-based, as in the seeds' n1-c1

@@ -14,20 +14,12 @@ import nats.js.errors
 import pytest
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.harness import Cluster, Node, wait_until
+from tests.cluster.harness import Cluster, Node, stream_leader, wait_until
 
 pytestmark = [pytest.mark.timeout(300)]
 
 NO_ACK = (nats.errors.TimeoutError, nats.errors.NoRespondersError,
           nats.js.errors.NoStreamResponseError)
-
-
-async def _leader(nc: nats.NATS, stream: str) -> str:
-    async def known() -> str | None:
-        info = await nc.jetstream().stream_info(stream)
-        return info.cluster.leader if info.cluster and info.cluster.leader else None
-
-    return await wait_until(known, 20, f"a leader for {stream}")
 
 
 async def _publish_reliably(
@@ -71,7 +63,7 @@ async def test_sigkill_of_the_stream_leader_during_a_publish_loop(
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[0])
     await admin.jetstream().add_stream(name="KILL", subjects=["kill"], num_replicas=3)
-    leader = await _leader(admin, "KILL")
+    leader = await stream_leader(admin, "KILL")
     await admin.close()
     client_node = _other(cl, leader)
     nc = await cl.connect(client_node)
@@ -82,7 +74,7 @@ async def test_sigkill_of_the_stream_leader_during_a_publish_loop(
         seq, _ = await _publish_reliably(nc, "kill", i)
         acked[i] = seq
     await _check_all_present(nc, "KILL", acked)
-    assert await _leader(nc, "KILL") != leader
+    assert await stream_leader(nc, "KILL") != leader
     # The killed server comes back and catches up with what it missed.
     cl.node(leader).start()
     await cl.wait_mesh()
@@ -97,7 +89,7 @@ async def test_sigstop_of_the_leader_and_of_a_follower(make_cluster: ClusterFact
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[0])
     await admin.jetstream().add_stream(name="STOP", subjects=["stop"], num_replicas=3)
-    leader = await _leader(admin, "STOP")
+    leader = await stream_leader(admin, "STOP")
     await admin.close()
     client_node = _other(cl, leader)
     nc = await cl.connect(client_node)
@@ -107,7 +99,7 @@ async def test_sigstop_of_the_leader_and_of_a_follower(make_cluster: ClusterFact
     cl.node(leader).pause()  # alive but frozen: its sockets stay open
     for i in range(50, 100):
         acked[i], _ = await _publish_reliably(nc, "stop", i)
-    new_leader = await _leader(nc, "STOP")
+    new_leader = await stream_leader(nc, "STOP")
     assert new_leader != leader
     cl.node(leader).resume()
     await wait_until(lambda: cl.stream_messages("STOP").get(leader) == 100, 30,
@@ -159,7 +151,7 @@ async def test_partitioned_leader_never_acknowledges(make_cluster: ClusterFactor
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[0])
     await admin.jetstream().add_stream(name="PART", subjects=["part.>"], num_replicas=3)
-    leader = await _leader(admin, "PART")
+    leader = await stream_leader(admin, "PART")
     await admin.close()
     lnode = cl.node(leader)
     others = [n for n in cl.nodes if n is not lnode]
@@ -201,9 +193,9 @@ async def test_full_restart_keeps_every_acknowledged_message(
     await cl.wait_mesh()
     await cl.wait_jetstream()
     nc = await cl.connect(cl.nodes[1])
-    await _leader(nc, "DUR")
+    await stream_leader(nc, "DUR")
     await _check_all_present(nc, "DUR", acked)
-    await _leader(nc, "ONE")
+    await stream_leader(nc, "ONE")
     assert (await nc.jetstream().stream_info("ONE")).state.messages == 1
     for n in cl.nodes:  # and a clean stop/start
         n.stop()
@@ -212,7 +204,7 @@ async def test_full_restart_keeps_every_acknowledged_message(
     await cl.wait_mesh()
     await cl.wait_jetstream()
     nc2 = await cl.connect(cl.nodes[2])
-    await _leader(nc2, "DUR")
+    await stream_leader(nc2, "DUR")
     await _check_all_present(nc2, "DUR", acked)
     await nc.close()
     await nc2.close()
@@ -228,7 +220,7 @@ async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
     js = nc.jetstream()
     await js.add_stream(name="LOST", subjects=["lost"], num_replicas=3)
     acked = {i: (await _publish_reliably(nc, "lost", i))[0] for i in range(50)}
-    leader = await _leader(nc, "LOST")
+    leader = await stream_leader(nc, "LOST")
     victim = next(n for n in cl.nodes if n.name != leader and n is not cl.nodes[0])
     victim.kill()
     raft_dir = victim.store_dir / "jetstream" / "_raft_"
@@ -253,7 +245,7 @@ async def test_a_server_that_lost_its_files_is_repaired_from_its_peers(
             n.start()
     await cl.wait_mesh()
     nc2 = await cl.connect(victim)
-    await _leader(nc2, "LOST")
+    await stream_leader(nc2, "LOST")
     await _check_all_present(nc2, "LOST", acked)
     await nc.close()
     await nc2.close()
@@ -274,7 +266,7 @@ async def test_a_step_down_whose_successor_cannot_take_over_still_ends_the_leade
     js = nc.jetstream()
     await js.add_stream(name="SD", subjects=["sd"], num_replicas=3)
     acked = {i: (await _publish_reliably(nc, "sd", i))[0] for i in range(10)}
-    before = await _leader(nc, "SD")
+    before = await stream_leader(nc, "SD")
     paused = _other(cl, before, client_node.name)
     answering = _other(cl, before, paused.name)
     paused.pause()

@@ -13,7 +13,7 @@ import nats.errors
 import nats.js.errors
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.harness import Cluster, Node, wait_until
+from tests.cluster.harness import Cluster, Node, stream_leader, wait_until
 
 # More than the log keeps before compacting (8192 messages between checkpoints).
 N = 12_000
@@ -43,17 +43,6 @@ async def _publish_many(nc: nats.NATS, subject: str, start: int, n: int) -> dict
                     acked[i] = r.seq
         todo = failed
     raise AssertionError(f"{len(todo)} messages never acknowledged")
-
-
-async def _leader(nc: nats.NATS, stream: str) -> str:
-    async def known() -> str | None:
-        try:
-            info = await nc.jetstream().stream_info(stream)
-        except (nats.errors.Error, nats.js.errors.Error):
-            return None
-        return info.cluster.leader if info.cluster and info.cluster.leader else None
-
-    return await wait_until(known, 30, f"a leader for {stream}")
 
 
 async def _check(nc: nats.NATS, stream: str, acked: dict[int, int]) -> None:
@@ -105,7 +94,7 @@ async def test_sigkill_of_every_server_after_the_log_was_compacted(
     await cl.wait_mesh()
     await cl.wait_jetstream()
     nc = await cl.connect(cl.nodes[1])
-    await _leader(nc, "BIG")
+    await stream_leader(nc, "BIG")
     await _check(nc, "BIG", acked)
     await wait_until(lambda: set(cl.stream_messages("BIG").values()) == {N}, 30,
                      "every replica to hold every message")
@@ -121,7 +110,7 @@ async def test_a_follower_far_behind_gets_a_snapshot_and_catches_up(
     nc = await cl.connect(cl.nodes[0])
     await nc.jetstream().add_stream(name="FAR", subjects=["far"], num_replicas=3)
     acked = await _publish_many(nc, "far", 0, 100)
-    leader = await _leader(nc, "FAR")
+    leader = await stream_leader(nc, "FAR")
     victim = next(n for n in cl.nodes if n.name != leader and n is not cl.nodes[0])
     victim.kill()
     acked |= await _publish_many(nc, "far", 100, N)  # the log moves far past it
@@ -130,11 +119,11 @@ async def test_a_follower_far_behind_gets_a_snapshot_and_catches_up(
     await wait_until(lambda: cl.stream_messages("FAR").get(victim.name) == len(acked), 60,
                      "the follower to catch up")
     # What it holds is the stream: with the leader gone it serves with the third one.
-    leader = await _leader(nc, "FAR")
+    leader = await stream_leader(nc, "FAR")
     if leader != victim.name:
         next(n for n in cl.nodes if n.name == leader).kill()
     nc2 = await cl.connect(victim)
-    await _leader(nc2, "FAR")
+    await stream_leader(nc2, "FAR")
     await _check(nc2, "FAR", acked)
     await nc.close()
     await nc2.close()
@@ -150,7 +139,7 @@ async def test_a_replica_whose_store_was_lost_under_a_compacted_log_is_repaired(
     await nc.jetstream().add_stream(name="GONE", subjects=["gone"], num_replicas=3)
     acked = await _publish_many(nc, "gone", 0, N)
     await wait_until(lambda: _compacted(cl), 30, "every replica's log to be compacted")
-    leader = await _leader(nc, "GONE")
+    leader = await stream_leader(nc, "GONE")
     victim = next(n for n in cl.nodes if n.name != leader and n is not cl.nodes[0])
     victim.kill()
     for d in _group_dirs(victim):  # the store goes, the log (compacted past it) stays

@@ -76,6 +76,13 @@ class AccountStats:
     out_msgs: int = 0
     out_bytes: int = 0
 
+    def add(self, in_msgs: int, in_bytes: int, out_msgs: int, out_bytes: int) -> None:
+        """Count a batch's traffic at once (the router's batched paths)."""
+        self.in_msgs += in_msgs
+        self.in_bytes += in_bytes
+        self.out_msgs += out_msgs
+        self.out_bytes += out_bytes
+
 
 @dataclass(eq=False, slots=True)
 class Account:

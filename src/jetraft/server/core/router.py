@@ -210,52 +210,17 @@ class Router:
                 out_bytes += size
         for route, (subjects, bodies) in remote.items():
             route.forward_answers(account, subjects, bodies)
-        stats = account.stats
-        stats.in_msgs += in_msgs
-        stats.in_bytes += in_bytes
-        stats.out_msgs += out_msgs
-        stats.out_bytes += out_bytes
+        account.stats.add(in_msgs, in_bytes, out_msgs, out_bytes)
 
     def route_replies(
         self, account: Account, subject: str, items: Sequence[tuple[bytes | None, bytes]]
     ) -> int:
         """Messages (header block or None, payload) from a server component to one subject
         without reply, in order (a slice of a DIRECT.GET batch): as ``route_message`` for
-        each, matched once while the interest stays as it was. Returns how many receivers
-        took the last one (0: nobody listens any more)."""
-        sublist = account.sublist
-        gen = -1
-        plain: tuple[Subscription, ...] = ()
-        simple = False
-        got = in_msgs = in_bytes = out_msgs = out_bytes = 0
-        for hdr, data in items:
-            if gen != sublist.generation:
-                match = sublist.match(subject)
-                gen = sublist.generation
-                plain = match.plain
-                simple = not match.queues and not any(s.conn.is_route for s in plain)
-            if not simple:
-                got = self.route_message(None, account, subject, None, hdr, data)
-                if not got:
-                    break
-                continue
-            size = len(data) if hdr is None else len(data) + len(hdr)
-            in_msgs += 1
-            in_bytes += size
-            got = 0
-            for sub in plain:
-                if sub.conn.deliver(sub, subject, None, hdr, data):
-                    got += 1
-            out_msgs += got
-            out_bytes += size * got
-            if not got:
-                break
-        stats = account.stats
-        stats.in_msgs += in_msgs
-        stats.in_bytes += in_bytes
-        stats.out_msgs += out_msgs
-        stats.out_bytes += out_bytes
-        return got
+        each, matched once while the interest stays as it was. Stops at the first message
+        nobody took; returns how many receivers took the last one (0: nobody listens)."""
+        msgs = [(subject, None, hdr, data) for hdr, data in items]
+        return self._route_matched(account, subject, msgs, stop_unheard=True)
 
     def route_deliveries(
         self,
@@ -267,32 +232,46 @@ class Router:
         all routed by ``route_by`` and shown with their own subjects (a pull request's
         JetStream deliveries): as ``route_message`` for each, matched once while the
         interest stays as it was."""
+        self._route_matched(account, route_by, items, stop_unheard=False)
+
+    def _route_matched(
+        self,
+        account: Account,
+        route_by: str,
+        items: Sequence[tuple[str, str | None, bytes | None, bytes]],
+        *,
+        stop_unheard: bool,
+    ) -> int:
+        """``route_message`` for each of ``items``, ``route_by`` matched once per change of
+        the interest; local plain subscribers take them directly (queue groups and routes:
+        ``route_message``). Returns how many receivers took the last message."""
         sublist = account.sublist
         gen = -1
         plain: tuple[Subscription, ...] = ()
         simple = False
-        in_msgs = in_bytes = out_msgs = out_bytes = 0
+        got = in_msgs = in_bytes = out_msgs = out_bytes = 0
         for subject, reply, hdr, data in items:
             if gen != sublist.generation:
                 match = sublist.match(route_by)
                 gen = sublist.generation
                 plain = match.plain
                 simple = not match.queues and not any(s.conn.is_route for s in plain)
-            if not simple:
-                self.route_message(None, account, subject, reply, hdr, data, route_by)
-                continue
-            size = len(data) if hdr is None else len(data) + len(hdr)
-            in_msgs += 1
-            in_bytes += size
-            for sub in plain:
-                if sub.conn.deliver(sub, subject, reply, hdr, data):
-                    out_msgs += 1
-                    out_bytes += size
-        stats = account.stats
-        stats.in_msgs += in_msgs
-        stats.in_bytes += in_bytes
-        stats.out_msgs += out_msgs
-        stats.out_bytes += out_bytes
+            if simple:
+                size = len(data) if hdr is None else len(data) + len(hdr)
+                in_msgs += 1
+                in_bytes += size
+                got = 0
+                for sub in plain:
+                    if sub.conn.deliver(sub, subject, reply, hdr, data):
+                        got += 1
+                out_msgs += got
+                out_bytes += size * got
+            else:
+                got = self.route_message(None, account, subject, reply, hdr, data, route_by)
+            if not got and stop_unheard:
+                break
+        account.stats.add(in_msgs, in_bytes, out_msgs, out_bytes)
+        return got
 
     def route_pubs(self, sender: Publisher, account: Account, batch: PubBatch) -> int:
         """Route the publishes of one client read (a ``ClientParser`` batch), in order;
@@ -359,11 +338,7 @@ class Router:
             if notices and covered < k:
                 self._notices(sender, batch, r, q, covered)
             r = q
-        stats = account.stats
-        stats.in_msgs += in_msgs
-        stats.in_bytes += in_bytes
-        stats.out_msgs += out_msgs
-        stats.out_bytes += out_bytes
+        account.stats.add(in_msgs, in_bytes, out_msgs, out_bytes)
         return in_bytes + one_by_one
 
     def _notices(
@@ -399,11 +374,7 @@ class Router:
                 if sub.conn.deliver(sub, subject, None, None, data):
                     out_msgs += 1
                     out_bytes += size
-        stats = account.stats
-        stats.in_msgs += len(bodies)
-        stats.in_bytes += in_bytes
-        stats.out_msgs += out_msgs
-        stats.out_bytes += out_bytes
+        account.stats.add(len(bodies), in_bytes, out_msgs, out_bytes)
 
     def deliver_pubs_from_route(self, account: Account, batch: PubBatch) -> int:
         """Deliver client publishes that another server routed here
@@ -428,11 +399,7 @@ class Router:
                         got += g
                         out_bytes += size if g == k else _leading_bytes(batch, r, g)
             r = q
-        stats = account.stats
-        stats.in_msgs += in_msgs
-        stats.in_bytes += in_bytes
-        stats.out_msgs += got
-        stats.out_bytes += out_bytes
+        account.stats.add(in_msgs, in_bytes, got, out_bytes)
         return got
 
     def _route_each(

@@ -191,14 +191,10 @@ class SubList(Generic[S]):
         hit = self._cache.get(subject)
         if hit is not None:
             return hit
-        pcache = self._prefix_cache
-        if pcache:
-            for d in self._prefix_lens:
-                key = _prefix(subject, d)
-                if key is not None:
-                    hit = pcache.get(key)
-                    if hit is not None:
-                        return hit
+        if self._prefix_cache:
+            found = self._prefix_hit(subject)
+            if found is not None:
+                return found[0]
         tcache = self._tail_cache
         if tcache:
             for t in self._tail_lens:
