@@ -64,7 +64,16 @@ from .ready import (
     SoftState,
     Status,
 )
-from .types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotMeta
+from .spool import MemorySpool, SnapshotSpool
+from .types import (
+    Entry,
+    EntryKind,
+    HardState,
+    Membership,
+    Snapshot,
+    SnapshotBytes,
+    SnapshotMeta,
+)
 
 
 class RaftCore:
@@ -133,12 +142,16 @@ class RaftCore:
         # Snapshots. snapshot_source() -> (index, data) gives the state machine's state at
         # an applied index, for followers, when the log's own snapshot is an external
         # marker (the state machine keeps its state durably itself); the result is kept
-        # while the log still continues it.
-        self.snapshot_source: Callable[[], tuple[int, bytes]] | None = None
+        # while the log still continues it. Its data may be a SnapshotData (a spool file):
+        # chunks are read from it as they are sent.
+        self.snapshot_source: Callable[[], tuple[int, SnapshotBytes]] | None = None
         self._send_snap: Snapshot | None = None
         # Follower: chunks of one snapshot series collected so far, keyed by
-        # (leader term, snapshot index, snapshot term).
-        self.snap_buf: tuple[tuple[int, int, int], bytearray] | None = None
+        # (leader term, snapshot index, snapshot term), in a spool that snapshot_spool()
+        # makes (in memory by default; a spool file for a durable state machine's group,
+        # so that a large snapshot is never whole in memory: see spool.py).
+        self.snap_buf: tuple[tuple[int, int, int], SnapshotSpool] | None = None
+        self.snapshot_spool: Callable[[], SnapshotSpool] = MemorySpool
 
     # ------------------------------------------------------------------ queries
     @property
@@ -597,7 +610,8 @@ class RaftCore:
         return heard >= 0 and self.ticks - heard < self.cfg.election_ticks
 
     # ------------------------------------------------------------------ snapshots
-    def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:
+    def create_snapshot(self, index: int, data: SnapshotBytes, *,
+                        external: bool = False) -> Snapshot:
         """Wrap the state machine's snapshot taken at `index` (<= applied); `external`
         makes a marker without data (the state machine holds that state durably)."""
         if index > self.log.applied or index < self.log.offset:

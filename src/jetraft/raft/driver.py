@@ -36,7 +36,7 @@ from .membership import MembershipChange, decode_membership
 from .messages import AppendEntries, AppendResponse, Message, VoteRequest, VoteResponse
 from .ready import NotLeader, ProposalDropped, RaftConfig, RaftError, Ready, Role, SoftState
 from .storage import LogStore, RecoveredState, core_from_recovered, persist_ready, split_messages
-from .types import Entry, EntryKind, Membership, Snapshot
+from .types import Entry, EntryKind, Membership, Snapshot, SnapshotBytes, whole
 
 
 class StateMachine(Protocol):
@@ -50,8 +50,9 @@ class StateMachine(Protocol):
     def apply(self, entry: Entry) -> object:
         """Apply a committed NORMAL entry; the result answers the proposer."""
 
-    def snapshot(self) -> bytes:
-        """The state after the last applied entry."""
+    def snapshot(self) -> SnapshotBytes:
+        """The state after the last applied entry (bytes, or a SnapshotData whose bytes
+        stay on disk: a durable state machine's, sent to followers chunk by chunk)."""
 
     def restore(self, data: bytes) -> None:
         """Replace the state by a snapshot's."""
@@ -67,9 +68,15 @@ class DurableStateMachine(StateMachine, Protocol):
     snapshot, the leader asks `snapshot()` for the current applied state and sends it.
     `restore(data)` must be durable when it returns (the node then stores a marker).
     On restart the node does not call restore: it replays the committed entries after
-    the marker, and the state machine skips those whose index it already holds."""
+    the marker, and the state machine skips those whose index it already holds.
+
+    A snapshot received from the leader may reach `restore` as a SnapshotData (the
+    group's spool file, see spool.py) rather than bytes: read it in pieces."""
 
     def durable_index(self) -> int: ...
+
+    def restore(self, data: SnapshotBytes) -> None:
+        """Replace the state by a snapshot's, durably."""
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -159,7 +166,7 @@ class Driver:
             )
             snap = recovered.snapshot
             if snap is not None and not snap.external:
-                state_machine.restore(snap.data)
+                state_machine.restore(whole(snap.data))
         self.core.snapshot_source = self._snapshot_source
         hs = recovered.hard_state if recovered is not None else None
         # What is durable, as this driver wrote it: checked before every send.
@@ -400,16 +407,19 @@ class Driver:
 
     def _install(self, snap: Snapshot) -> Process:
         """A snapshot from the leader: durable before anything continues it."""
-        if self.durable_sm:
+        if self._durable is not None:
             # The state machine makes the restored state durable itself; only then may
             # the log say that its state starts there (a crash in between replays
-            # entries the state machine already holds, which it skips).
-            self.sm.restore(snap.data)
+            # entries the state machine already holds, which it skips). It reads the
+            # data in pieces when it is a spool file.
+            self._durable.restore(snap.data)
             marker = Snapshot(snap.meta, b"", external=True)
             yield from self._io(lambda: self.wal.save_snapshot(marker))
         else:
-            yield from self._io(lambda: self.wal.save_snapshot(snap))
-            self.sm.restore(snap.data)
+            data = whole(snap.data)
+            full = snap if data is snap.data else Snapshot(snap.meta, data)
+            yield from self._io(lambda: self.wal.save_snapshot(full))
+            self.sm.restore(data)
         self._sm_index = snap.meta.index
         self._drop_pending_upto(snap.meta.index)
         self._check_membership(snap.meta.membership)
@@ -502,7 +512,7 @@ class Driver:
             self.on_removed()
 
     # ------------------------------------------------------------------ snapshots
-    def _snapshot_source(self) -> tuple[int, bytes]:
+    def _snapshot_source(self) -> tuple[int, SnapshotBytes]:
         return self._sm_index, self.sm.snapshot()
 
     def _maybe_snapshot(self) -> Process:
@@ -517,7 +527,7 @@ class Driver:
         else:
             if core.applied - base < self.snapshot_entries:
                 return
-            new = core.create_snapshot(core.applied, self.sm.snapshot())
+            new = core.create_snapshot(core.applied, whole(self.sm.snapshot()))
         yield from self._io(lambda: self.wal.save_snapshot(new))
         core.compact(new, new.meta.index - self.keep_entries)
 

@@ -373,7 +373,10 @@ class BaseStore:
         mark = self.fingerprint()
         buf = bytearray()
         rec.append_control(buf, rec.KIND_FLOOR, ix.first, ix.last_ts)
-        for seq in ix.seqs_between(ix.first, ix.last, None):
+        # Walks the index rather than a list of its sequences: a dump of a large store
+        # (streamed to a file by a clustered replica) holds one chunk in memory, not one
+        # int per message. The walk resumes only after the fingerprint check below.
+        for seq, _c, _i in ix.entries(ix.first, ix.last):
             buf += self._raw_record(seq)
             if len(buf) >= SNAPSHOT_CHUNK:
                 yield bytes(buf)

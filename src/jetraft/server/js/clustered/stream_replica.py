@@ -58,7 +58,7 @@ from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.raft.driver import Outcome
 from jetraft.raft.node import Applied, NodeStopped
 from jetraft.raft.ready import NotLeader, ProposalDropped, RaftError, Role, SoftState
-from jetraft.raft.types import Entry
+from jetraft.raft.types import Entry, SnapshotBytes
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
@@ -262,7 +262,7 @@ class StreamReplica:
             # messages as before batching, not as many batches.
             node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
-    def snapshot(self) -> bytes:
+    def snapshot(self) -> SnapshotBytes:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
         dedupe, last_msg_id, ttl = stream.beside_store()
