@@ -24,7 +24,9 @@ from jetraft.jetstream.stream import (
     Entry as StreamEntry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
-from jetraft.raft.types import Entry, EntryKind
+from jetraft.jetstream.store.types import StoreCorruption
+from jetraft.raft.spool import FileSnapshotData
+from jetraft.raft.types import Entry, EntryKind, whole
 from jetraft.server.js.clustered import stream_file
 from jetraft.server.js.clustered.stream_file import FileStreamReplica
 from jetraft.server.js.clustered.stream_replica import StreamReplica
@@ -144,3 +146,61 @@ async def test_a_restored_snapshot_is_durable_at_its_index(tmp_path: Path) -> No
     assert _contents(again) == _contents(leader)
     await leader.stop()
     await again.stop()
+
+
+async def test_a_snapshot_is_spooled_to_a_file_and_restored_a_piece_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader writes the snapshot it sends to an (unnamed) spool file in the group's
+    directory; the follower reads the records back in pieces, whatever their size."""
+    monkeypatch.setattr(stream_file, "READ_CHUNK", 7)  # pieces cut records anywhere
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    leader.group.dir.mkdir(parents=True, exist_ok=True)
+    data = leader.snapshot()
+    assert isinstance(data, FileSnapshotData)
+    assert [p.name for p in leader.group.dir.iterdir()] == ["stream"]  # nothing named
+    snap, pieces = stream_file.read_snapshot(data)
+    assert snap.index == len(_log()) and snap.chunks == []
+    assert {len(p) for p in pieces} == {7} | {len(data) % 7 or 7} - {0}
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    follower.restore(data)
+    assert _contents(follower) == _contents(leader)
+    await leader.stop()
+    await follower.stop()
+
+
+async def test_a_snapshot_of_the_whole_in_memory_form_is_still_restored(
+    tmp_path: Path,
+) -> None:
+    """A leader of an earlier version sends the msgpack form (records inside)."""
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    old = StreamReplica.snapshot(leader)
+    assert isinstance(old, bytes) and not old.startswith(stream_file.SPOOL_MAGIC)
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    follower.restore(old)
+    assert follower.applied_index == len(_log())
+    assert _contents(follower) == _contents(leader)
+    await leader.stop()
+    await follower.stop()
+
+
+async def test_a_truncated_snapshot_is_refused_and_the_store_kept(tmp_path: Path) -> None:
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    leader.group.dir.mkdir(parents=True, exist_ok=True)
+    full = whole(leader.snapshot())
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    for e in _log()[:3]:
+        follower.apply(e)
+    before = _contents(follower)
+    for cut in (3, len(stream_file.SPOOL_MAGIC) + 6, len(full) - 5):
+        with pytest.raises(StoreCorruption):
+            follower.restore(full[:cut])
+    assert _contents(follower) == before
+    await leader.stop()
+    await follower.stop()

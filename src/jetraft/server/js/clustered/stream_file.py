@@ -137,19 +137,23 @@ def spool_snapshot(directory: Path, head: _Snapshot, records: Iterable[bytes]) -
 
 
 def read_snapshot(data: SnapshotBytes) -> tuple[_Snapshot, Iterable[bytes]]:
-    """A snapshot's state beside the store, and its records as an iterable of pieces."""
+    """A snapshot's state beside the store, and its records as an iterable of pieces;
+    StoreCorruption if its head is damaged (damaged records raise as they are read)."""
     fixed = len(SPOOL_MAGIC) + _HEAD_LEN.size
     start = read_at(data, 0, fixed)
-    if not start.startswith(SPOOL_MAGIC):
-        snap = msgspec.msgpack.decode(whole(data), type=_Snapshot)
-        return snap, snap.chunks
-    if len(start) < fixed:
-        raise StoreCorruption("<snapshot>", 0, "snapshot header truncated")
-    (n,) = _HEAD_LEN.unpack_from(start, len(SPOOL_MAGIC))
-    head = read_at(data, fixed, n)
-    if len(head) < n:
-        raise StoreCorruption("<snapshot>", fixed, "snapshot header truncated")
-    return msgspec.msgpack.decode(head, type=_Snapshot), _pieces(data, fixed + n)
+    try:
+        if not start.startswith(SPOOL_MAGIC[:1]):
+            snap = msgspec.msgpack.decode(whole(data), type=_Snapshot)
+            return snap, snap.chunks
+        if len(start) < fixed or not start.startswith(SPOOL_MAGIC):
+            raise StoreCorruption("<snapshot>", 0, "snapshot header truncated")
+        (n,) = _HEAD_LEN.unpack_from(start, len(SPOOL_MAGIC))
+        head = read_at(data, fixed, n)
+        if len(head) < n:
+            raise StoreCorruption("<snapshot>", fixed, "snapshot header truncated")
+        return msgspec.msgpack.decode(head, type=_Snapshot), _pieces(data, fixed + n)
+    except msgspec.DecodeError as exc:
+        raise StoreCorruption("<snapshot>", 0, f"snapshot header: {exc}") from None
 
 
 def _pieces(data: SnapshotBytes, offset: int) -> Iterator[bytes]:
