@@ -5,6 +5,7 @@ marked with the driver's index."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,7 @@ import pytest
 
 from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.file import FileStore
+from jetraft.jetstream.store.types import StoreCorruption
 from jetraft.jetstream.stream import (
     DeleteMsg,
     Purge,
@@ -24,7 +26,6 @@ from jetraft.jetstream.stream import (
     Entry as StreamEntry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
-from jetraft.jetstream.store.types import StoreCorruption
 from jetraft.raft.spool import FileSnapshotData
 from jetraft.raft.types import Entry, EntryKind, whole
 from jetraft.server.js.clustered import stream_file
@@ -204,3 +205,62 @@ async def test_a_truncated_snapshot_is_refused_and_the_store_kept(tmp_path: Path
     assert _contents(follower) == before
     await leader.stop()
     await follower.stop()
+
+
+async def test_the_store_is_opened_in_a_worker_thread_while_the_loop_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recovering a large store reads every block: FileStreamReplica.open does it in a
+    worker thread, and the replica exists only once its store is open."""
+    host = _Host(tmp_path)
+    r = FileStreamReplica(host, SA, joining=False)
+    for e in _log():
+        r.apply(e)
+    want = _contents(r)
+    await r.stop()
+    loop_turned = threading.Event()
+    threads: list[int] = []
+    real_open = stream_file.open_replica_store
+
+    def slow_open(directory: Path, name: str) -> FileStore:
+        threads.append(threading.get_ident())
+        # Returns only once the loop ran a callback: an open on the loop would time out.
+        assert loop_turned.wait(10), "the loop did not run while the store was opened"
+        return real_open(directory, name)
+
+    monkeypatch.setattr(stream_file, "open_replica_store", slow_open)
+    asyncio.get_running_loop().call_soon(loop_turned.set)
+    again = await FileStreamReplica.open(host, SA, joining=False)
+    assert threads and threads[0] != threading.get_ident()
+    assert again.applied_index == len(_log()) and _contents(again) == want
+    await again.stop()
+
+
+async def test_a_store_opened_for_a_cancelled_caller_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    opened: list[FileStore] = []
+    real_open = stream_file.open_replica_store
+
+    def slow_open(directory: Path, name: str) -> FileStore:
+        assert release.wait(10)
+        store = real_open(directory, name)
+        opened.append(store)
+        return store
+
+    monkeypatch.setattr(stream_file, "open_replica_store", slow_open)
+    task = asyncio.ensure_future(FileStreamReplica.open(_Host(tmp_path), SA, joining=False))
+    await asyncio.sleep(0)
+    task.cancel()  # the server stops while the store is being opened
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    for _ in range(1000):
+        if opened and opened[0]._closed:
+            break
+        await asyncio.sleep(0.01)
+    assert opened and opened[0]._closed  # released: the directory can be opened again
+    monkeypatch.setattr(stream_file, "open_replica_store", real_open)
+    again = await FileStreamReplica.open(_Host(tmp_path), SA, joining=False)
+    await again.stop()

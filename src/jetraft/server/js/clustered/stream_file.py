@@ -166,9 +166,43 @@ def _pieces(data: SnapshotBytes, offset: int) -> Iterator[bytes]:
         offset += len(piece)
 
 
+async def open_store_off_loop(directory: Path, name: str) -> FileStore:
+    """``open_replica_store`` in a worker thread: recovery reads every block of the
+    store, which for a large stream would hold the server's loop for seconds. If the
+    caller is cancelled meanwhile (the server stops), the store is released once open."""
+    fut = asyncio.get_running_loop().run_in_executor(None, open_replica_store, directory, name)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_abandon_opened)
+        raise
+
+
+def _abandon_opened(fut: asyncio.Future[FileStore]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        fut.result().abandon()
+
+
 class FileStreamReplica(StreamReplica):
+    """Make one with ``await FileStreamReplica.open(...)``: its store is opened (recovered)
+    in a worker thread first, before the replica (and its RAFT group, which votes and
+    applies) exists. The constructor opens it on the calling thread when not given."""
+
+    def __init__(self, host: ReplicaHost, sa: StreamAssignment, *, joining: bool,
+                 store: FileStore | None = None) -> None:
+        self._opened = store
+        super().__init__(host, sa, joining=joining)
+
+    @classmethod
+    async def open(cls, host: ReplicaHost, sa: StreamAssignment, *,
+                   joining: bool) -> FileStreamReplica:
+        store = await open_store_off_loop(store_dir(host, sa), sa.name)
+        return cls(host, sa, joining=joining, store=store)
+
     def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
-        store = open_replica_store(store_dir(host, sa), sa.name)
+        store, self._opened = self._opened, None
+        if store is None:
+            store = open_replica_store(store_dir(host, sa), sa.name)
         self._sync: concurrent.futures.Future[None] | None = None
         self._sync_index = 0
         self._since_msgs = self._since_entries = 0
