@@ -249,6 +249,7 @@ class RaftCore:
         self._votes = {}
         self.transferee = ""
         self.prs = {}
+        self._send_snap = None  # a leader's, for its followers (see sendable_snapshot)
         self.bcast = False
 
     def become_follower(self, term: int, lead: str) -> None:
@@ -338,6 +339,8 @@ class RaftCore:
                 return
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
         removal_done = self.log.committed >= self.log.last_config_index()
+        send_snap = self._send_snap
+        in_use = False
         for pid, pr in list(self.prs.items()):
             if pr.leaving_ticks >= 0 and removal_done:
                 pr.leaving_ticks += 1
@@ -345,11 +348,17 @@ class RaftCore:
                     del self.prs[pid]
                     continue
             if pr.state is ProgressState.SNAPSHOT:
+                in_use = in_use or pr.snap is send_snap
                 pr.snapshot_wait_ticks += 1
                 if pr.snapshot_wait_ticks >= retry:
                     # A chunk or its answer was lost: send it again. The answer also tells
                     # us if the follower has installed the snapshot in the meantime.
                     replication.send_snapshot_chunk(self, pid, pr)
+        if send_snap is not None and not in_use:
+            # No follower is sent the state machine's snapshot any more: let it go (its
+            # data may be a spool file as large as the stream) rather than keep it until
+            # the log is compacted past it, which an idle group may never do.
+            self._send_snap = None
         if self._hb_elapsed >= self.cfg.heartbeat_ticks:
             self._hb_elapsed = 0
             for pid, pr in self.prs.items():

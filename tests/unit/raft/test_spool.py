@@ -227,3 +227,7 @@ def test_a_leader_sends_chunks_read_from_snapshot_data(tmp_path: Path) -> None:
     c.stabilize()
     assert data.reads and all(n == 4 for _, n in data.reads)
     assert c.nodes["c"].data() == c.nodes["a"].data()
+    # Sent: the leader lets its snapshot (a spool file) go at its next tick.
+    assert core._send_snap is not None
+    c.tick("a")
+    assert core._send_snap is None
