@@ -61,6 +61,7 @@ from .ready import (
     RaftError,
     Ready,
     Role,
+    SnapshotUnavailable,
     SoftState,
     Status,
 )
@@ -669,7 +670,10 @@ class RaftCore:
         # index says (a self-durable one, after a restart). Only a leader sends
         # snapshots, and a leader's log holds every committed entry: the term at that
         # index in our log is the right one.
-        index, data = self.snapshot_source()
+        try:
+            index, data = self.snapshot_source()
+        except SnapshotUnavailable:
+            return None  # tried again at the follower's next answer
         term = log.term(index)
         if term is None or self.role is not Role.LEADER or index < at_least:
             return None

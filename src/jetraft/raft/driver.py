@@ -25,6 +25,7 @@ really on disk.
 from __future__ import annotations
 
 import enum
+import logging
 import random
 from collections.abc import Callable, Generator, Sequence
 from typing import Protocol, runtime_checkable
@@ -34,9 +35,20 @@ import msgspec
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
 from .messages import AppendEntries, AppendResponse, Message, VoteRequest, VoteResponse
-from .ready import NotLeader, ProposalDropped, RaftConfig, RaftError, Ready, Role, SoftState
+from .ready import (
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftError,
+    Ready,
+    Role,
+    SnapshotUnavailable,
+    SoftState,
+)
 from .storage import LogStore, RecoveredState, core_from_recovered, persist_ready, split_messages
 from .types import Entry, EntryKind, Membership, Snapshot, SnapshotBytes, whole
+
+log = logging.getLogger("jetraft.raft")
 
 
 class StateMachine(Protocol):
@@ -513,7 +525,13 @@ class Driver:
 
     # ------------------------------------------------------------------ snapshots
     def _snapshot_source(self) -> tuple[int, SnapshotBytes]:
-        return self._sm_index, self.sm.snapshot()
+        try:
+            return self._sm_index, self.sm.snapshot()
+        except OSError as exc:
+            # A spool file that cannot be written (a full disk) is no storage failure of
+            # the group: the follower waits, and is offered a snapshot again later.
+            log.warning("RAFT node %s: no snapshot for a follower now: %s", self.id, exc)
+            raise SnapshotUnavailable(str(exc)) from exc
 
     def _maybe_snapshot(self) -> Process:
         core = self.core

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 
 from jetraft.raft.core import RaftCore
+from jetraft.raft.driver import Driver
 from jetraft.raft.messages import AppendResponse, InstallSnapshot, SnapshotResponse
-from jetraft.raft.ready import RaftConfig
+from jetraft.raft.ready import RaftConfig, SnapshotUnavailable
 from jetraft.raft.spool import FileSnapshotData, FileSpool, MemorySpool, SnapshotSpool
 from jetraft.raft.types import Membership, Snapshot, SnapshotMeta, read_at, whole
 from tests.raft.harness import Cluster
+from tests.unit.raft.test_driver_apply import _Machine, _Wal
 
 BLOB = bytes(random.Random(7).randbytes(100_000))
 
@@ -231,3 +233,57 @@ def test_a_leader_sends_chunks_read_from_snapshot_data(tmp_path: Path) -> None:
     assert core._send_snap is not None
     c.tick("a")
     assert core._send_snap is None
+
+
+def test_a_snapshot_that_cannot_be_made_now_is_offered_again_later() -> None:
+    """A spool that cannot be written (a full disk) costs the follower a wait, not the
+    leader its group: it is offered a snapshot again at its next answer."""
+    cfg = RaftConfig(election_ticks=10, heartbeat_ticks=1, max_snapshot_chunk_bytes=4)
+    c = Cluster("abc", cfg)
+    c.elect("a")
+    c.crash("c")
+    for i in range(12):
+        c.propose("a", f"v{i}")
+    c.stabilize()
+    snap = c.snapshot("a")
+    core = c.nodes["a"].core
+    core.log.snapshot = Snapshot(snap.meta, b"", external=True)
+    core._send_snap = None
+    c.nodes["a"].store.snapshot = None
+    full_disk = [True]
+
+    def source() -> tuple[int, bytes]:
+        if full_disk[0]:
+            raise SnapshotUnavailable("No space left on device")
+        return snap.meta.index, whole(snap.data)
+
+    core.snapshot_source = source
+    c.restart("c")
+    for _ in range(5):
+        c.tick("a")
+        c.stabilize()
+    assert not any(isinstance(m, InstallSnapshot) for m in c.queue)
+    assert c.nodes["c"].data() != c.nodes["a"].data()
+    full_disk[0] = False
+    for _ in range(5):
+        c.tick("a")
+        c.stabilize()
+    assert c.nodes["c"].data() == c.nodes["a"].data()
+    assert core.role.value == "leader"
+
+
+def test_the_driver_turns_a_spool_write_error_into_no_snapshot_now() -> None:
+    class FullDisk(_Machine):
+        def durable_index(self) -> int:
+            return 0
+
+        def snapshot(self) -> bytes:
+            raise OSError(28, "No space left on device")
+
+    wal = _Wal()
+    driver = Driver("a", ("a",), RaftConfig(), wal, FullDisk(wal), lambda m: None,
+                    lambda t, o: None, random.Random(1))
+    assert driver.core.snapshot_source is not None
+    with pytest.raises(SnapshotUnavailable):
+        driver.core.snapshot_source()
+    assert driver.running
