@@ -66,15 +66,7 @@ from .ready import (
     Status,
 )
 from .spool import MemorySpool, SnapshotSpool
-from .types import (
-    Entry,
-    EntryKind,
-    HardState,
-    Membership,
-    Snapshot,
-    SnapshotBytes,
-    SnapshotMeta,
-)
+from .types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotBytes, SnapshotMeta
 
 
 class RaftCore:
