@@ -60,6 +60,7 @@ def main() -> None:
         payload = os.urandom(args.size)
         for _ in range(args.mb * 1_000_000 // args.size):
             src.store("s", None, payload, time.time_ns())
+        src.checkpoint(1, b"")  # a checkpointed store keeps what its last CKPT covers
         src.close()
         t0 = time.perf_counter()
         src = FileStore(os.path.join(root, "src"), checkpoints=True)
