@@ -156,6 +156,7 @@ class RaftNode:
         )
         self.driver.on_removed = self._removed
         self.driver.on_error = self._failed
+        self.driver.flush = transport.flush
         self.core = self.driver.core
         self._rt: runtime.Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
