@@ -306,9 +306,10 @@ class Stream:
             return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
 
-    def apply_batch(self, batch: StoreBatch) -> list[PubAck]:
+    def apply_batch(self, batch: StoreBatch, answers: bool = True) -> list[PubAck]:
         """The batch's publishes in order: the same state and answers as applying each
-        as its own ``StoreMsg`` entry."""
+        as its own ``StoreMsg`` entry. ``answers=False``: the answers may be left out
+        (an empty list), nobody will read them."""
         msgs = batch.msgs
         if self._plain_run(msgs):
             # _apply_msg's common case for every message: stored in one call to the store.
@@ -318,6 +319,8 @@ class Stream:
             if self._observers or self._listeners:
                 for k, e in enumerate(msgs):
                     self._stored(seq + k, e.subject, [])
+            if not answers:
+                return []
             name, domain = self.name, self.domain
             return [PubAck(e.reply, name, seq + k, False, None, domain)
                     for k, e in enumerate(msgs)]

@@ -602,22 +602,27 @@ def test_a_batch_applies_as_its_publishes_one_by_one(
         for batch in batches
     ]
 
-    def run(batched: bool) -> tuple[object, ...]:
+    def run(batched: bool, answers: bool = True) -> tuple[list[list[PubAck]], object]:
         with tempfile.TemporaryDirectory() as d:
             store = FileStore(d) if file else MemoryStore()
             s = Stream(StreamConfig(name="S", subjects=("s.>",), **flags),  # type: ignore[arg-type]
                        store, created_ns=T0)
             heard: list[tuple[int, str]] = []
             s.add_listener(lambda seq: heard.append((seq, "")))
-            answers = []
+            acks: list[list[PubAck]] = []
             for msgs in entries:
                 if batched:
-                    answers.append(s.apply_batch(StoreBatch(msgs)))
+                    acks.append(s.apply_batch(StoreBatch(msgs), answers=answers))
                 else:
-                    answers.append([s.apply(m) for m in msgs])
+                    acks.append([s.apply(m) for m in msgs])  # type: ignore[misc]
             loaded = [store.load(seq) for seq in range(1, store.last_seq + 1)]
-            out = (answers, store.state(), store.subjects_state(), loaded, heard, s.last_msg_id)
+            out = (store.state(), store.subjects_state(), loaded, heard, s.last_msg_id)
             store.close()
-            return out
+            return acks, out
 
-    assert run(batched=True) == run(batched=False)
+    one_by_one = run(batched=False)
+    assert run(batched=True) == one_by_one
+    # A follower's apply leaves the answers out (all or nothing), the rest is the same.
+    acks, out = run(batched=True, answers=False)
+    assert out == one_by_one[1]
+    assert all(got in ([], want) for got, want in zip(acks, one_by_one[0], strict=True))

@@ -136,6 +136,7 @@ class StreamReplica:
         # its own entries are applied without decoding them again.
         self._own: dict[int, tuple[bytes, LogEntry]] = {}
         self._msgs_applied = 0  # publishes applied, for pacing snapshots
+        self.last_msgs = 0  # publishes in the entry applied last
         self._entries_applied = 0
 
     def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
@@ -230,17 +231,20 @@ class StreamReplica:
         result: object
         self._entries_applied += 1
         if isinstance(e, StoreBatch):
-            results = self.stream.apply_batch(e)
-            for listener in self.apply_listeners:
+            # Only a leader answers publishers: a follower need not make the PubAcks.
+            listeners = self.apply_listeners
+            results = self.stream.apply_batch(e, answers=self._leading or bool(listeners))
+            for listener in listeners:
                 for m, r in zip(e.msgs, results, strict=True):
                     listener(m, r)
             result = results
-            self._msgs_applied += len(results)
+            self.last_msgs = len(e.msgs)
         else:
             result = one = self.stream.apply(e)
             for listener in self.apply_listeners:
                 listener(e, one)
-            self._msgs_applied += 1
+            self.last_msgs = 1
+        self._msgs_applied += self.last_msgs
         if self._msgs_applied >= SNAPSHOT_CHECK_EVERY:
             self._pace_snapshots()
         if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
