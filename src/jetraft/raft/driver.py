@@ -202,6 +202,9 @@ class Driver:
         self.on_error: Callable[[BaseException], None] | None = None
         # Tests and the simulator: see each Ready, and each committed entry as it is applied.
         self.observe_ready: Callable[[Ready], None] | None = None
+        # The host's transport batches messages (one frame per peer and loop turn):
+        # flush() puts those sent so far on the wire now.
+        self.flush: Callable[[], None] | None = None
         self.observe_apply: Callable[[Entry], None] | None = None
         self.fsyncs = 0
         self.readies = 0
@@ -366,14 +369,18 @@ class Driver:
         for m in early:  # a leader's AppendEntries overlap its own fsync (storage.py)
             self._send(m)
         applied = 0
-        if rd.must_sync:
+        if rd.must_sync and self.core.role is Role.LEADER:
             applied = self._apply_durable(rd)
+        if rd.must_sync:
             yield from self._io(wal.sync)
             self.fsyncs += 1
         self._note_durable(rd)
         for m in late:
             self._send(m)
         committed = rd.committed
+        if late and applied < len(committed) and self.flush is not None:
+            # A follower's answers (its leader commits on them) leave before it applies.
+            self.flush()
         for k in range(applied, len(committed)):
             self._apply(committed[k])
         self.core.advance(rd)
@@ -394,15 +401,18 @@ class Driver:
             yield from self._maybe_snapshot()
 
     def _apply_durable(self, rd: Ready) -> int:
-        """Before the Ready's fsync, apply the committed entries that an earlier Ready
-        made durable here (those before the ones this Ready writes); returns how many.
+        """Leader, before the Ready's fsync: apply the committed entries that an earlier
+        Ready made durable here (those before the ones this Ready writes); returns how
+        many.
 
         They are committed, so durable on a quorum, and durable here too: their outcome
         (a PubAck) need not wait for the fsync of the entries that arrived since. On a
         leader this takes one fsync off every acknowledgement: entries are committed by
         answers stepped after the Ready that wrote them, so the next Ready applies them
         while it persists the next batch. Nothing sent depends on it (messages keep
-        their order around the fsync)."""
+        their order around the fsync). A follower answers nobody when it applies, but its
+        leader waits for its answer to the entries this Ready writes: it applies after
+        the fsync, once that answer is on its way (``flush``)."""
         committed = rd.committed
         if not committed or rd.snapshot is not None:
             return 0

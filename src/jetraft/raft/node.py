@@ -160,6 +160,7 @@ class RaftNode:
         )
         self.driver.on_removed = self._removed
         self.driver.on_error = self._failed
+        self.driver.flush = transport.flush
         self.core = self.driver.core
         if snapshot_spool is not None:
             self.core.snapshot_spool = snapshot_spool

@@ -221,7 +221,7 @@ class FileStreamReplica(StreamReplica):
             return None  # held already: replayed after a restart
         result = super().apply(entry)
         self.applied_index = entry.index
-        self._since_msgs += len(result) if isinstance(result, list) else 1
+        self._since_msgs += self.last_msgs
         self._since_entries += 1
         if self._since_msgs >= self._ckpt_pace() or self._since_entries >= CKPT_ENTRIES:
             self._checkpoint()
