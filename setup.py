@@ -45,6 +45,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/store/memory.py",
     "src/jetraft/jetstream/acks.py",
     "src/jetraft/jetstream/consumer.py",
+    "src/jetraft/jetstream/pull.py",
     "src/jetraft/server/js/streams.py",
     "src/jetraft/server/js/consumers.py",
     "src/jetraft/server/js/consumer_acks.py",

@@ -692,7 +692,42 @@ class FileStore(BaseStore):
         if self._closed or self._failed is not None:
             self._check()
         found = self._ix.locate(seq)
-        return None if found is None else self._read_at(seq, *found)
+        if found is None:
+            return None
+        loc, rlen, sid = found
+        c = self._rcache
+        if c is not None and self._cipher is None:
+            # A record inside the read-ahead buffer (a consumer reading in sequence), what
+            # ``_read_at`` does with no memoryview and no call per layer: a third of a
+            # delivery's store work in the pure build.
+            bidx, off = loc >> OFF_BITS, loc & OFF_MASK
+            o = off - c[1]
+            buf = c[2]
+            active = self._active
+            if (
+                c[0] == bidx
+                and o >= 0
+                and o + rlen <= len(buf)
+                and (bidx != active.idx or off < active.size)
+            ):
+                self._last_end = (bidx, off + rlen)
+                magic, rec_len, kind, _, slen, rseq, ts, hlen = _unpack_head(buf, o)
+                e = o + rlen - 4
+                if (
+                    magic != _MAGIC
+                    or rec_len != rlen
+                    or kind != _KIND_MSG
+                    or rseq != seq
+                    or _crc32(buf[o:e]) != _unpack_crc(buf, e)[0]
+                ):
+                    raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
+                name = self._ix.names[sid]
+                assert name is not None
+                p = o + _HDR_SIZE + slen
+                if hlen == _NO_HDR:
+                    return StoredMsg(seq, name, None, buf[p:e], ts)
+                return StoredMsg(seq, name, buf[p : p + hlen] or None, buf[p + hlen : e], ts)
+        return self._read_at(seq, loc, rlen, sid)
 
     def _read(self, seq: int) -> StoredMsg:
         found = self._ix.locate(seq)
