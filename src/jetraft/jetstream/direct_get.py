@@ -151,11 +151,11 @@ def _pending_tail(pending: int, last: int) -> str:
     return f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"
 
 
-def _direct_headers(stream: Stream, msg: StoredMsg, tail: str = "") -> bytes:
-    """The stored headers and ours: Nats-Stream, -Subject, -Sequence, -Time-Stamp, then
-    ``tail`` (header lines, each ending in CRLF)."""
+def _direct_headers(stream: str, msg: StoredMsg, tail: str = "") -> bytes:
+    """The stored headers and ours (for the stream named ``stream``): Nats-Stream, -Subject,
+    -Sequence, -Time-Stamp, then ``tail`` (header lines, each ending in CRLF)."""
     added = (
-        f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
+        f"Nats-Stream: {stream}\r\nNats-Subject: {msg.subject}\r\n"
         f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n{tail}\r\n"
     )
     stored = msg.headers
@@ -177,7 +177,7 @@ def _direct_headers(stream: Stream, msg: StoredMsg, tail: str = "") -> bytes:
         pass
     items.extend(
         (
-            ("Nats-Stream", stream.name),
+            ("Nats-Stream", stream),
             ("Nats-Subject", msg.subject),
             ("Nats-Sequence", str(msg.seq)),
             ("Nats-Time-Stamp", format_time(msg.ts_ns)),
@@ -203,7 +203,7 @@ def direct_answer(
         msg = load_one(stream, req, start_ns)
         if msg is None:
             return _status(404, "Message Not Found")
-        hdr = None if req.no_hdr else _direct_headers(stream, msg)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg)
         return RawReply(hdr, msg.data)
     cursor = max(seq, 1)
     first = store.load_next(cursor, req.next_by_subj or None)
@@ -220,7 +220,8 @@ def _direct_batch(
     sent = sent_bytes = last = 0
     while msg is not None:
         pending = max(pending - 1, 0)
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
+        tail = _pending_tail(pending, last)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg, tail)
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
@@ -275,7 +276,8 @@ def _multi_replies(
         if msg is None:
             continue
         pending -= 1
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
+        tail = _pending_tail(pending, last)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg, tail)
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
