@@ -5,7 +5,7 @@ early stop that closes the read. No server: the wire read is replaced by a fake.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from typing import Any
 
 import pytest
@@ -61,10 +61,12 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _partition_rows(read: FakeRead, end: int, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def _partition_rows(
+    read: FakeRead, end: int, monkeypatch: pytest.MonkeyPatch
+) -> Generator[Any, None, None]:
     monkeypatch.setattr(fetch, "read_direct", read)
     opts = parse_read_options({"stream": "S"}, streaming=False)
-    return reader.read_partition(opts, reader.JetStreamPartition(0, 1, end, "direct"))
+    yield from reader.read_partition(opts, reader.JetStreamPartition(0, 1, end, "direct"))
 
 
 def test_rows_arrive_complete_and_in_order(fake: None, monkeypatch: pytest.MonkeyPatch) -> None:
