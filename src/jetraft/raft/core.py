@@ -126,6 +126,9 @@ class RaftCore:
         self._hb_elapsed = 0
         self._timeout = self._random_timeout()
         self.transferee = ""
+        # Ticks since the latest transfer request: a clock of its own, so that requests
+        # repeated faster than an election period never postpone the check-quorum test.
+        self._transfer_elapsed = 0
         self.bcast = False  # new entries or commit to send at the next ready()
         self._prev_hs = recovered_hs
         self._prev_ss = SoftState(self.lead, self.role, self.term)
@@ -315,7 +318,9 @@ class RaftCore:
             if self.cfg.check_quorum and not self._quorum_active():
                 self.become_follower(self.term, "")
                 return
-            if self.transferee:
+        if self.transferee:
+            self._transfer_elapsed += 1
+            if self._transfer_elapsed >= self.cfg.election_ticks:
                 self._give_up_leadership()
                 return
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
@@ -585,7 +590,7 @@ class RaftCore:
         elif to not in others:
             raise MembershipError(f"{to} is not a voter")
         self.transferee = to
-        self.elapsed = 0
+        self._transfer_elapsed = 0
         if self.prs[to].match == self.log.last_index:
             self.msgs.append(TimeoutNow(self.term, self.id, to))
         else:

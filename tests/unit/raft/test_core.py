@@ -333,6 +333,26 @@ def test_a_transfer_asked_for_again_lasts_a_period_from_the_latest_request() -> 
     assert a.role is Role.FOLLOWER and a.transferee == ""
 
 
+def test_transfer_requests_repeated_do_not_postpone_the_check_quorum() -> None:
+    """A leader cut off from every other voter steps down within two election periods
+    (check quorum) even while someone keeps asking it to transfer leadership faster than
+    that: the transfer has a clock of its own (with one clock, each request restarted the
+    check-quorum period, and the cut-off leader stayed leader as long as requests came)."""
+    c = three()
+    c.partition(["a"], ["b", "c"])
+    a = c.nodes["a"].core
+    for t in range(25):
+        if a.role is not Role.LEADER:
+            break
+        if t % 5 == 0:
+            a.transfer_leadership("b")
+        c.tick("a")
+        c.deliver()
+    assert a.role is Role.FOLLOWER
+    with pytest.raises(NotLeader):
+        a.propose(b"y")
+
+
 def test_a_transfer_that_finishes_leaves_no_step_down_behind() -> None:
     """The target took over within the period: the old leader follows it, and nothing
     of the transfer's deadline remains to disturb the new term."""
