@@ -46,6 +46,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/acks.py",
     "src/jetraft/jetstream/consumer.py",
     "src/jetraft/jetstream/direct_get.py",
+    "src/jetraft/jetstream/models.py",
     "src/jetraft/server/js/streams.py",
     "src/jetraft/server/js/consumers.py",
     "src/jetraft/server/js/consumer_acks.py",
