@@ -52,6 +52,7 @@ from jetraft.jetstream.entries import (
     encode_entry,
 )
 from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.subjects import subject_matches
@@ -306,11 +307,41 @@ class Stream:
             return self._apply_retire(entry.seqs)
         return self._apply_config(entry.config)
 
-    def apply_batch(self, batch: StoreBatch) -> list[PubAck]:
+    def apply_batch(self, batch: StoreBatch, answers: bool = True) -> list[PubAck]:
         """The batch's publishes in order: the same state and answers as applying each
-        as its own ``StoreMsg`` entry."""
+        as its own ``StoreMsg`` entry. ``answers=False``: the answers may be left out
+        (an empty list), nobody will read them."""
+        msgs = batch.msgs
+        if self._plain_run(msgs):
+            # _apply_msg's common case for every message: stored in one call to the store.
+            # Observers hear of each once all are stored (they only take note, nothing in
+            # between looks at the store).
+            seq = self.store.store_run(msgs)
+            if self._observers or self._listeners:
+                for k, e in enumerate(msgs):
+                    self._stored(seq + k, e.subject, [])
+            if not answers:
+                return []
+            name, domain = self.name, self.domain
+            return [PubAck(e.reply, name, seq + k, False, None, domain)
+                    for k, e in enumerate(msgs)]
         apply_msg = self._apply_msg
-        return [apply_msg(e) for e in batch.msgs]
+        return [apply_msg(e) for e in msgs]
+
+    def _plain_run(self, msgs: list[StoreMsg]) -> bool:
+        """Whether every publish of ``msgs`` takes ``_apply_msg``'s common case (no headers,
+        within max_msg_size, limits retention, discard old) and stores no more than that
+        (no limit removes a message, no Nats-Msg-Id to forget, sequences left)."""
+        cfg = self.config
+        store = self.store
+        if (cfg.sealed or cfg.retention == "interest" or cfg.discard == "new"
+                or self.last_msg_id or store.prunes_on_store
+                or store.last_seq + len(msgs) >= MAX_SEQ):
+            return False
+        size_limit = cfg.max_msg_size
+        if size_limit >= 0:
+            return not any(e.hdr or len(e.data) > size_limit for e in msgs)
+        return not any(e.hdr for e in msgs)
 
     def on_consumer_ack(self, seq: int) -> None:
         """A consumer acked (or gave up on) ``seq``: drop it if retention says so."""
@@ -560,6 +591,9 @@ class Stream:
         return OpResult(True, len(removed))
 
     def _apply_expire(self, now_ns: int) -> OpResult:
+        marker_ttl_s = self.config.subject_delete_marker_ttl // NS_PER_S
+        if marker_ttl_s > 0:
+            return OpResult(True, self._expire_leaving_markers(now_ns, marker_ttl_s))
         removed = list(self.store.expire(now_ns)) if self.config.max_age > 0 else []
         heap = self._ttl_heap
         while heap and heap[0][0] <= now_ns:
@@ -569,6 +603,39 @@ class Stream:
         if removed:
             self._tell_removed(removed)
         return OpResult(True, len(removed))
+
+    def _expire_leaving_markers(self, now_ns: int, marker_ttl_s: int) -> int:
+        """Expire as ``_apply_expire`` does, but the last message of a subject leaves a
+        subject delete marker in its place (see ``markers``); returns how many went."""
+        store, heap = self.store, self._ttl_heap
+        due: set[int] = set()
+        if self.config.max_age > 0:
+            cutoff = now_ns - self.config.max_age
+            for msg in self._scan(store.bounds()[0]):
+                if msg.ts_ns > cutoff:
+                    break
+                due.add(msg.seq)
+        while heap and heap[0][0] <= now_ns:
+            due.add(heapq.heappop(heap)[1])
+        gone = 0
+        for seq in sorted(due):
+            held = store.load(seq)
+            if held is None:
+                continue
+            subject = held.subject
+            last = store.subjects_state(subject).get(subject, 0) == 1
+            if not last or is_marker(held.headers):
+                if store.remove(seq):
+                    gone += 1
+                    self._tell_removed([seq])
+                continue
+            mseq, limited = store.store(subject, marker_header(marker_ttl_s), b"", now_ns)
+            heapq.heappush(heap, (now_ns + marker_ttl_s * NS_PER_S, mseq))
+            if store.remove(seq):  # the marker's rollup of its subject
+                gone += 1
+                limited = [*limited, seq]
+            self._stored(mseq, subject, limited)
+        return gone
 
     def _apply_consumer_ack(self, seq: int) -> OpResult:
         retention = self.config.retention
