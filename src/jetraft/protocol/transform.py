@@ -227,7 +227,7 @@ class Step:
 class SubjectTransform:
     """A compiled transform; ``create`` validates, ``match``/``apply`` run it."""
 
-    __slots__ = ("dest", "src", "_stoks", "_steps", "_fwc", "_identity")
+    __slots__ = ("dest", "src", "uses_random", "_stoks", "_steps", "_fwc", "_identity")
 
     def __init__(self, src: str, dest: str, stoks: list[str], steps: list[Step]) -> None:
         self.src = src
@@ -236,6 +236,7 @@ class SubjectTransform:
         self._steps = steps
         self._fwc = dest.split(".")[-1] == ">"
         self._identity = src in ("", ">") and dest in ("", ">")
+        self.uses_random = any(s.fn is Fn.RANDOM for s in steps)
 
     @classmethod
     def create(cls, src: str, dest: str, strict: bool = False) -> SubjectTransform | None:
