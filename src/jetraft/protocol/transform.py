@@ -227,7 +227,7 @@ class Step:
 class SubjectTransform:
     """A compiled transform; ``create`` validates, ``match``/``apply`` run it."""
 
-    __slots__ = ("dest", "src", "uses_random", "_stoks", "_steps", "_fwc", "_identity")
+    __slots__ = ("_fwc", "_identity", "_steps", "_stoks", "dest", "src", "uses_random")
 
     def __init__(self, src: str, dest: str, stoks: list[str], steps: list[Step]) -> None:
         self.src = src
@@ -332,10 +332,9 @@ def _steps_without_wildcards(dtoks: list[str]) -> list[Step]:
 def _run(step: Step, tokens: Sequence[str], rng: random.Random | None) -> str:
     fn, num = step.fn, step.num
     if fn is Fn.PARTITION:
-        if step.positions:
-            key = "".join(tokens[p] for p in step.positions)
-        else:
-            key = ".".join(tokens)
+        # The named tokens run together, or the whole subject for partition(n).
+        pos = step.positions
+        key = "".join(tokens[p] for p in pos) if pos else ".".join(tokens)
         buckets = num & 0xFFFFFFFF
         return "0" if buckets == 0 else str(fnv1a_32(key.encode()) % buckets)
     if fn is Fn.RANDOM:
