@@ -333,8 +333,8 @@ def _run(step: Step, tokens: Sequence[str], rng: random.Random | None) -> str:
     fn, num = step.fn, step.num
     if fn is Fn.PARTITION:
         # The named tokens run together, or the whole subject for partition(n).
-        pos = step.positions
-        key = "".join(tokens[p] for p in pos) if pos else ".".join(tokens)
+        named = step.positions
+        key = "".join(tokens[p] for p in named) if named else ".".join(tokens)
         buckets = num & 0xFFFFFFFF
         return "0" if buckets == 0 else str(fnv1a_32(key.encode()) % buckets)
     if fn is Fn.RANDOM:
