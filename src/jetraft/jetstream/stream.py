@@ -53,6 +53,7 @@ from jetraft.jetstream.entries import (
     encode_entry,
 )
 from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
@@ -630,6 +631,9 @@ class Stream:
         return OpResult(True, len(removed))
 
     def _apply_expire(self, now_ns: int) -> OpResult:
+        marker_ttl_s = self.config.subject_delete_marker_ttl // NS_PER_S
+        if marker_ttl_s > 0:
+            return OpResult(True, self._expire_leaving_markers(now_ns, marker_ttl_s))
         removed = list(self.store.expire(now_ns)) if self.config.max_age > 0 else []
         heap = self._ttl_heap
         while heap and heap[0][0] <= now_ns:
@@ -639,6 +643,39 @@ class Stream:
         if removed:
             self._tell_removed(removed)
         return OpResult(True, len(removed))
+
+    def _expire_leaving_markers(self, now_ns: int, marker_ttl_s: int) -> int:
+        """Expire as ``_apply_expire`` does, but the last message of a subject leaves a
+        subject delete marker in its place (see ``markers``); returns how many went."""
+        store, heap = self.store, self._ttl_heap
+        due: set[int] = set()
+        if self.config.max_age > 0:
+            cutoff = now_ns - self.config.max_age
+            for msg in self._scan(store.bounds()[0]):
+                if msg.ts_ns > cutoff:
+                    break
+                due.add(msg.seq)
+        while heap and heap[0][0] <= now_ns:
+            due.add(heapq.heappop(heap)[1])
+        gone = 0
+        for seq in sorted(due):
+            held = store.load(seq)
+            if held is None:
+                continue
+            subject = held.subject
+            last = store.subjects_state(subject).get(subject, 0) == 1
+            if not last or is_marker(held.headers):
+                if store.remove(seq):
+                    gone += 1
+                    self._tell_removed([seq])
+                continue
+            mseq, limited = store.store(subject, marker_header(marker_ttl_s), b"", now_ns)
+            heapq.heappush(heap, (now_ns + marker_ttl_s * NS_PER_S, mseq))
+            if store.remove(seq):  # the marker's rollup of its subject
+                gone += 1
+                limited = [*limited, seq]
+            self._stored(mseq, subject, limited)
+        return gone
 
     def _apply_consumer_ack(self, seq: int) -> OpResult:
         retention = self.config.retention

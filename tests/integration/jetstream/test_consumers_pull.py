@@ -308,6 +308,35 @@ async def test_max_ack_pending_holds_back(nc: nats.NATS) -> None:
     assert [m.data for m in more] == [b"m2"]
 
 
+async def test_a_no_wait_request_held_by_max_ack_pending_ends_once_it_got_messages(
+    nc: nats.NATS,
+) -> None:
+    """What nats-py's ``fetch`` sends (no_wait with expires and heartbeats): once some
+    messages went out and max_ack_pending holds the rest back, the request ends with a 404
+    at its next heartbeat, as nats-server's does, instead of lingering until it expires and
+    taking messages its requester no longer waits for (nats.py's test_fetch_heartbeats)."""
+    js = nc.jetstream()
+    await add_stream(nc)
+    await publish_n(nc, 5)
+    await js.add_consumer("S", durable_name="D", ack_policy=AckPolicy.EXPLICIT, max_ack_pending=2)
+    inbox = await Inbox(nc).start()
+    body = {"batch": 5, "expires": 10 * SEC, "idle_heartbeat": SEC // 10, "no_wait": True}
+    await pull(nc, "S", "D", json.dumps(body).encode(), inbox)
+
+    async def ended() -> bool:
+        return any(status_of(m) not in (None, ("100", "Idle Heartbeat")) for m in inbox.msgs)
+
+    await wait_for(ended, timeout_s=5)
+    got = [m for m in inbox.msgs if status_of(m) != ("100", "Idle Heartbeat")]
+    assert [m.data for m in got[:2]] == [b"m0", b"m1"]
+    assert status_of(got[2]) == ("404", "No Messages")
+    info = await js.consumer_info("S", "D")
+    assert info.num_waiting == 0
+    await got[0].ack_sync()
+    sub = await js.pull_subscribe_bind("D", stream="S")
+    assert [m.data for m in await sub.fetch(5, timeout=2, heartbeat=0.1)] == [b"m2"]
+
+
 @pytest.mark.parametrize(
     ("policy", "extra", "expected"),
     [

@@ -508,7 +508,11 @@ class ConsumerRuntime(AckIntake):
         if self.closed:
             return
         now = now_ns()
-        for st in self.waitq.process(now, False, self._interest):
+        # As nats-server: a timer (a heartbeat or an expiry is due) ends the no_wait requests
+        # that already got messages, even while max_ack_pending holds delivery back (else
+        # such a request would linger and take messages its requester no longer waits for).
+        # A delivery run already scheduled decides for itself.
+        for st in self.waitq.process(now, not self._kicked, self._interest):
             self._send_status(st)
         core = self.core
         for st in self.waitq.heartbeats(now, lambda: heartbeat_hdr(core.dseq - 1, core.sseq - 1)):
