@@ -56,7 +56,7 @@ from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
-from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
@@ -515,7 +515,7 @@ class Stream:
         body's size instead of the body with ``headers_only``)."""
         rp = self.config.republish
         publish = self.republisher
-        if rp is None or publish is None:
+        if not isinstance(rp, RePublish) or publish is None:
             return
         lines = (
             f"Nats-Stream: {self.name}\r\nNats-Subject: {e.subject}\r\n"

@@ -194,8 +194,10 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     placement: Placement | None = None
     compression: str = "none"
     first_seq: int = 0
-    subject_transform: SubjectTransform | None = None
-    republish: RePublish | None = None
+    # UNSET when absent: left out of the encoded config, so a config without them encodes
+    # as before (persisted configs, RAFT entries and the simulator's byte layouts).
+    subject_transform: SubjectTransform | msgspec.UnsetType = msgspec.UNSET
+    republish: RePublish | msgspec.UnsetType = msgspec.UNSET
     allow_direct: bool = False
     mirror_direct: bool = False
     discard_new_per_subject: bool = False
@@ -216,12 +218,12 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     def input_transform(self) -> Transform | None:
         """The compiled ``subject_transform`` (validated by ``normalise``)."""
         st = self.subject_transform
-        return None if st is None else Transform.create(st.src, st.dest)
+        return Transform.create(st.src, st.dest) if isinstance(st, SubjectTransform) else None
 
     def republish_transform(self) -> Transform | None:
         """The compiled ``republish`` source -> destination (validated by ``normalise``)."""
         rp = self.republish
-        return None if rp is None else Transform.create(rp.src or ">", rp.dest)
+        return Transform.create(rp.src or ">", rp.dest) if isinstance(rp, RePublish) else None
 
 
 def _bad_enum(value: str) -> ApiError:
@@ -371,8 +373,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         placement=placement,
         compression=req.compression,
         first_seq=req.first_seq,
-        subject_transform=transform,
-        republish=republish,
+        subject_transform=msgspec.UNSET if transform is None else transform,
+        republish=msgspec.UNSET if republish is None else republish,
         allow_direct=req.allow_direct,
         mirror_direct=req.mirror_direct,
         discard_new_per_subject=req.discard_new_per_subject,
@@ -551,11 +553,11 @@ def to_wire(cfg: StreamConfig) -> dict[str, Any]:
     out["compression"] = cfg.compression
     if cfg.first_seq:
         out["first_seq"] = cfg.first_seq
-    if cfg.subject_transform is not None:
-        st = cfg.subject_transform
+    st = cfg.subject_transform
+    if isinstance(st, SubjectTransform):
         out["subject_transform"] = {"src": st.src, "dest": st.dest}
-    if cfg.republish is not None:
-        rp = cfg.republish
+    rp = cfg.republish
+    if isinstance(rp, RePublish):
         out["republish"] = {"src": rp.src, "dest": rp.dest} if rp.src else {"dest": rp.dest}
         if rp.headers_only:
             out["republish"]["headers_only"] = True
