@@ -45,11 +45,15 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/store/memory.py",
     "src/jetraft/jetstream/acks.py",
     "src/jetraft/jetstream/consumer.py",
+    "src/jetraft/jetstream/pull.py",
+    "src/jetraft/jetstream/direct_get.py",
+    "src/jetraft/jetstream/models.py",
     "src/jetraft/server/js/streams.py",
     "src/jetraft/server/js/consumers.py",
     "src/jetraft/server/js/consumer_acks.py",
     "src/jetraft/server/js/consumer_runtime.py",
     "src/jetraft/server/js/commit.py",
+    "src/jetraft/server/js/replies.py",
     "src/jetraft/server/core/internal.py",
 ]
 

@@ -2,8 +2,9 @@
 
     python -m benchmarks.js_cluster [--sections publish,consume,failover,start,idle]
         [--run-s S] [--consume-msgs N] [--kills K] [--starts S]
-        [--streams N] [--idle-s S] [--only jetraft|nats-server|nats-server-always]
-        [--consume-on leader|other] [--py-spy DIR]
+        [--streams N] [--idle-s S] [--only jetraft,nats-server,nats-server-always]
+        [--consume-on leader|other] [--publish-runs r3-async,...] [--py-spy DIR]
+        [--py-spy-follower]
 
 Clusters (``benchmarks.cluster_common``): three servers on a loopback address of this run,
 the same config for both (only the binary differs); jetraft fsyncs before every PubAck,
@@ -106,12 +107,14 @@ def publish_section(cl: BenchCluster, args: argparse.Namespace, res: Results) ->
     for replicas in (1, 3):
         for where in ("leader", "follower"):
             for mode in ("sync", "async"):
+                if args.publish_runs and f"r{replicas}-{mode}" not in args.publish_runs:
+                    continue
                 rate, cpu = publish_run(cl, args, replicas, where, mode)
                 key = (replicas, where, mode)
                 res.publish.setdefault(key, {})[cl.kind] = rate
                 res.publish_cpu.setdefault(key, {})[cl.kind] = cpu
                 print(f"  {cl.kind} {label(key)}: {rate:,.0f} msg/s, "
-                      f"servers' CPU {fmt_list(cpu, 0)} us/msg", flush=True)
+                      f"servers' CPU {fmt_list(cpu, 1)} us/msg", flush=True)
 
 
 def publish_run(
@@ -127,15 +130,19 @@ def publish_run(
         sc = Scenario("sync", PAYLOAD, 1, 1, args.run_s)
     else:
         sc = Scenario("async", PAYLOAD, args.window, args.pubs, args.run_s)
-    prof = None
+    profs = []
     if cl.kind == "jetraft" and replicas == 3 and mode == "async":
-        prof = Profiler(args.py_spy, f"publish-r3-on-{where}-leader", leader.pid, 60)
+        profs.append(Profiler(args.py_spy, f"publish-r3-on-{where}-leader", leader.pid, 60))
+        if args.py_spy_follower:  # the follower the client is not on
+            profs.append(
+                Profiler(args.py_spy, f"publish-r3-on-{where}-follower", others[-1].pid, 60)
+            )
     order = [leader, *others]
     before = [cpu_seconds(n.pid) for n in order]
     try:
         acked, elapsed = drive_counts(node.addr, subject.encode(), sc, MAX_MSGS)
     finally:
-        if prof is not None:
+        for prof in profs:
             prof.stop()
     cpu = [1e6 * (cpu_seconds(n.pid) - b) / acked for n, b in zip(order, before, strict=True)]
     asyncio.run(delete_stream(cl, stream))
@@ -353,15 +360,22 @@ def main() -> None:
     ap.add_argument("--streams", type=int, default=200)
     ap.add_argument("--idle-s", type=float, default=10.0, help="CPU measuring interval")
     ap.add_argument("--settle-s", type=float, default=5.0, help="wait after creating")
-    ap.add_argument("--only", choices=KINDS)
+    ap.add_argument("--only", metavar="KIND[,KIND]", help=f"some of {', '.join(KINDS)}")
     ap.add_argument("--py-spy", metavar="DIR", help="profile jetraft into DIR (raw stacks)")
+    ap.add_argument("--py-spy-follower", action="store_true",
+                    help="R3 async publish: also profile the follower the client is not on")
+    ap.add_argument("--publish-runs", type=lambda s: set(s.split(",")), default=set(),
+                    metavar="r3-async,...", help="publish: only these of r1/r3 x sync/async")
     args = ap.parse_args()
     sections = set(args.sections.split(","))
     if unknown := sections - set(SECTIONS):
         ap.error(f"unknown sections {sorted(unknown)}")
+    kinds = args.only.split(",") if args.only else list(KINDS)
+    if unknown := set(kinds) - set(KINDS):
+        ap.error(f"unknown kinds {sorted(unknown)}")
     res = Results()
     res.loads.append(load_summary())
-    for kind in [args.only] if args.only else list(KINDS):
+    for kind in kinds:
         traffic = [s for s in ("publish", "consume", "failover") if s in sections]
         if kind == "nats-server-always":
             traffic = [s for s in traffic if s == "publish"]
@@ -418,7 +432,7 @@ def report(res: Results, args: argparse.Namespace) -> None:
         print(f"{'scenario':<26}{'jetraft':>16}{'nats dflt':>16}{'nats always':>16}")
         for (r, where, mode), cpu_row in res.publish_cpu.items():
             cells = "".join(
-                f"{fmt_list(cpu_row[k], 0) if k in cpu_row else '-':>16}" for k in KINDS
+                f"{fmt_list(cpu_row[k], 1) if k in cpu_row else '-':>16}" for k in KINDS
             )
             print(f"{label((r, where, mode)):<26}{cells}")
     if res.consume:

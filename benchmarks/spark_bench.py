@@ -27,7 +27,10 @@ one case after the other on the same stream:
 
 Rate = N / job (or query) time. Beside each rate: CPU time per row of the server process, of
 Spark's Python workers (where the connector runs) and of the JVM, from /proc, so a reader
-can tell which side limits. The machine is shared with everything else running on it: the
+can tell which side limits; and the share of the wall time the server ran ("busy") and spent
+runnable, waiting for a CPU ("wait", schedstat): busy + wait near 100% means the server was
+never idle, so the case was CPU-bound (on a shared machine, short of CPU), not waiting on
+round trips. The machine is shared with everything else running on it: the
 CPU columns are steadier than the rates.
 
 Not a test: numbers depend on the machine; they are printed, never asserted.
@@ -114,6 +117,24 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
+def run_queue_wait_s(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (schedstat): when
+    it is a large share of the wall time, the case is short of CPU (the machine is shared),
+    not waiting on round trips."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 @dataclass
 class Cpu:
     server: float = 0.0
@@ -161,6 +182,8 @@ class Result:
     cpu: Cpu
     rows: int
     load: float = 0.0  # 1-minute load average when the case ended (the machine is shared)
+    wall_s: float = 0.0
+    server_wait_s: float = 0.0  # the server's time runnable but not running (see above)
 
 
 def spark_session(master: str) -> Any:
@@ -187,14 +210,16 @@ def spark_session(master: str) -> Any:
 
 def _timed(server_pid: int, rows: int, job: Callable[[], int | None]) -> Result:
     before = cpu_now(server_pid)
+    wait0 = run_queue_wait_s(server_pid)
     t0 = time.perf_counter()
     got = job()
     elapsed = time.perf_counter() - t0
     used = cpu_now(server_pid) - before
+    waited = run_queue_wait_s(server_pid) - wait0
     count = rows if got is None else got
     if count != rows:
         raise AssertionError(f"{count} rows, expected {rows}")
-    return Result(rows / elapsed, used, rows, os.getloadavg()[0])
+    return Result(rows / elapsed, used, rows, os.getloadavg()[0], elapsed, waited)
 
 
 class Bench:
@@ -370,7 +395,7 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> N
     )
     head = (
         f"{'case':<14} {'server':<12} {'rows/s':>10} {'server':>7} {'workers':>8} {'jvm':>6}"
-        f" {'load':>5}"
+        f" {'load':>5} {'srv busy/wait':>13}"
     )
     print(head)
     cases = [c for c in CASES if any(c in r for r in results.values())]
@@ -382,6 +407,7 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> N
             print(
                 f"{case:<14} {kind:<12} {r.rows_s:>10,.0f} {_us(r.cpu.server, r.rows):>7} "
                 f"{_us(r.cpu.workers, r.rows):>8} {_us(r.cpu.jvm, r.rows):>6} {r.load:>5.1f}"
+                f" {r.cpu.server / r.wall_s:>6.0%}/{r.server_wait_s / r.wall_s:<6.0%}"
             )
         if len(results) == 2 and all(case in r for r in results.values()):
             ratio = results["jetraft"][case].rows_s / results["nats-server"][case].rows_s

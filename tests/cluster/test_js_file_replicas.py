@@ -20,9 +20,14 @@ N = 12_000
 BATCH = 400
 
 
-async def _publish_many(nc: nats.NATS, subject: str, start: int, n: int) -> dict[int, int]:
-    """Publish messages start..start+n-1 with Nats-Msg-Id, BATCH at a time, retrying the
-    ones without an ack (bounded); returns i -> seq."""
+def _body(i: int, pad: int = 0) -> bytes:
+    return b"msg %d" % i + b"." * pad
+
+
+async def _publish_many(nc: nats.NATS, subject: str, start: int, n: int,
+                        pad: int = 0) -> dict[int, int]:
+    """Publish messages start..start+n-1 (``pad`` bytes more each) with Nats-Msg-Id, BATCH
+    at a time, retrying the ones without an ack (bounded); returns i -> seq."""
     js = nc.jetstream()
     acked: dict[int, int] = {}
     todo = list(range(start, start + n))
@@ -33,7 +38,7 @@ async def _publish_many(nc: nats.NATS, subject: str, start: int, n: int) -> dict
         for k in range(0, len(todo), BATCH):
             part = todo[k : k + BATCH]
             results = await asyncio.gather(
-                *(js.publish(subject, b"msg %d" % i, timeout=5.0,
+                *(js.publish(subject, _body(i, pad), timeout=5.0,
                              headers={"Nats-Msg-Id": f"id-{i}"}) for i in part),
                 return_exceptions=True)
             for i, r in zip(part, results, strict=True):
@@ -45,7 +50,7 @@ async def _publish_many(nc: nats.NATS, subject: str, start: int, n: int) -> dict
     raise AssertionError(f"{len(todo)} messages never acknowledged")
 
 
-async def _check(nc: nats.NATS, stream: str, acked: dict[int, int]) -> None:
+async def _check(nc: nats.NATS, stream: str, acked: dict[int, int], pad: int = 0) -> None:
     js = nc.jetstream()
     info = await js.stream_info(stream)
     assert info.state.messages == len(acked)
@@ -53,7 +58,7 @@ async def _check(nc: nats.NATS, stream: str, acked: dict[int, int]) -> None:
     step = max(len(acked) // 150, 1)
     for i in [*sorted(acked)[::step], max(acked)]:
         msg = await js.get_msg(stream, acked[i])
-        assert msg.data == b"msg %d" % i
+        assert msg.data == _body(i, pad)
 
 
 def _group_dirs(node: Node) -> list[Path]:
@@ -101,30 +106,60 @@ async def test_sigkill_of_every_server_after_the_log_was_compacted(
     await nc.close()
 
 
+def _status_kb(node: Node, field: str) -> int:
+    assert node.proc is not None
+    for line in Path(f"/proc/{node.proc.pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{node.proc.pid}/status")
+
+
+def _reset_peak_rss(node: Node) -> int:
+    """Reset the process's peak RSS (VmHWM) to its current RSS; returns that (kB)."""
+    assert node.proc is not None
+    Path(f"/proc/{node.proc.pid}/clear_refs").write_text("5")
+    return _status_kb(node, "VmRSS")
+
+
+PAD = 4096  # 12,000 messages of 4 kB: a 48 MB stream, some 190 snapshot chunks
+
+
 async def test_a_follower_far_behind_gets_a_snapshot_and_catches_up(
     make_cluster: ClusterFactory,
 ) -> None:
+    """It gets every message, and the replicas that may send it the snapshot do not hold
+    the stream in memory to do it: their peak RSS while it catches up grows by far less
+    than the stream's size (the snapshot is spooled to a file and sent a chunk at a time;
+    built in memory it took about twice the stream's size)."""
     cl = make_cluster(3)
     await cl.start()
     await cl.wait_jetstream()
     nc = await cl.connect(cl.nodes[0])
     await nc.jetstream().add_stream(name="FAR", subjects=["far"], num_replicas=3)
-    acked = await _publish_many(nc, "far", 0, 100)
+    acked = await _publish_many(nc, "far", 0, 100, PAD)
     leader = await stream_leader(nc, "FAR")
     victim = next(n for n in cl.nodes if n.name != leader and n is not cl.nodes[0])
     victim.kill()
-    acked |= await _publish_many(nc, "far", 100, N)  # the log moves far past it
+    acked |= await _publish_many(nc, "far", 100, N, PAD)  # the log moves far past it
+    stream_bytes = (await nc.jetstream().stream_info("FAR")).state.bytes
+    assert stream_bytes > len(acked) * PAD
+    senders = [n for n in cl.nodes if n is not victim]
+    base_kb = {n.name: _reset_peak_rss(n) for n in senders}
     victim.start()
     await cl.wait_mesh()
     await wait_until(lambda: cl.stream_messages("FAR").get(victim.name) == len(acked), 60,
                      "the follower to catch up")
+    growth_kb = {n.name: _status_kb(n, "VmHWM") - base_kb[n.name] for n in senders}
+    print(f"stream {stream_bytes / 1e6:.1f} MB; peak RSS growth of the other replicas "
+          f"while it caught up: {growth_kb} kB")
+    assert max(growth_kb.values()) * 1024 < stream_bytes / 4, growth_kb
     # What it holds is the stream: with the leader gone it serves with the third one.
     leader = await stream_leader(nc, "FAR")
     if leader != victim.name:
         next(n for n in cl.nodes if n.name == leader).kill()
     nc2 = await cl.connect(victim)
     await stream_leader(nc2, "FAR")
-    await _check(nc2, "FAR", acked)
+    await _check(nc2, "FAR", acked, PAD)
     await nc.close()
     await nc2.close()
 

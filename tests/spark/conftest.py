@@ -25,6 +25,7 @@ except ImportError:  # the spark extra is not installed: nothing here can run
     collect_ignore_glob = [
         "test_read.py", "test_sink.py", "test_stream.py", "test_read_limits.py",
         "test_cluster.py", "test_security.py", "test_example.py", "test_encode.py",
+        "test_prefetch.py",
     ]  # fmt: skip
 
 

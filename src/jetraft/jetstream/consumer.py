@@ -374,6 +374,41 @@ class ConsumerCore:
         self._move_ack_floor(p.dseq, sseq)
         return [sseq]
 
+    def apply_explicit_acks(self, seqs: list[int]) -> list[int]:
+        """``apply_ack`` for each stream sequence of ``seqs`` in turn (ack policy explicit,
+        whose acks do not read the delivery sequence), with the same resulting state, in one
+        call: the plain acks of one client read. Returns what ``apply_ack`` returns for all
+        of them, in order. The floor moves as ``_move_ack_floor`` moves it, with the
+        in-order case (the next message still pending) checked before any scan."""
+        st = self.state
+        pending = st.pending
+        floor = st.ack_floor
+        delivered = st.delivered
+        done: list[int] = []
+        for sseq in seqs:
+            if self._rdq_set:
+                self._rdq_discard(sseq)
+            if st.redelivered:
+                st.redelivered.pop(sseq, None)
+            p = pending.pop(sseq, None)
+            if p is None:
+                if sseq <= delivered.stream_seq:
+                    done.append(sseq)
+                continue
+            done.append(sseq)
+            if not pending:
+                floor.consumer_seq = delivered.consumer_seq
+                floor.stream_seq = delivered.stream_seq
+            elif p.dseq == floor.consumer_seq + 1:
+                nxt = pending.get(sseq + 1) if sseq < delivered.stream_seq else None
+                if nxt is not None and nxt.dseq > 0:
+                    # What the scan finds first when acks come in order.
+                    floor.consumer_seq = nxt.dseq - 1
+                    floor.stream_seq = sseq
+                else:
+                    self._move_ack_floor(p.dseq, sseq)
+        return done
+
     def _move_ack_floor(self, dseq: int, sseq: int) -> None:
         st = self.state
         if not st.pending:

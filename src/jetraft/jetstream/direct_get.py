@@ -18,12 +18,13 @@ whole answer in memory and the server can send it a slice per event-loop turn.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Protocol
+from typing import Any, Protocol
 
 import msgspec
 
 from jetraft.jetstream.api import RawReply, StatusReply
 from jetraft.jetstream.models import format_time, parse_time
+from jetraft.jetstream.msg_get import LenientMsgGet, MsgGetRequest
 from jetraft.jetstream.store.types import StoredMsg
 from jetraft.jetstream.stream import Stream
 from jetraft.protocol.headers import encode_headers, parse_headers
@@ -34,27 +35,6 @@ MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
 MAX_MULTI_RESULTS = 1024
 # What the sender writes per event-loop turn before yielding to other work.
 DIRECT_SLICE_BYTES = 256 * 1024
-
-
-# Go's uint64 fields: a negative number is a decode error there.
-Uint64 = Annotated[int, msgspec.Meta(ge=0)]
-
-
-class MsgGetRequest(msgspec.Struct, forbid_unknown_fields=True):
-    seq: Uint64 = 0
-    last_by_subj: str = ""
-    next_by_subj: str = ""
-    batch: int = 0
-    max_bytes: int = 0
-    start_time: str | None = None
-    multi_last: list[str] | None = None
-    up_to_seq: Uint64 = 0
-    up_to_time: str | None = None
-    no_hdr: bool = False
-
-
-class _LenientMsgGet(MsgGetRequest, forbid_unknown_fields=False):
-    """DIRECT.GET decodes leniently (nats-server uses plain json.Unmarshal there)."""
 
 
 def load_one(stream: Stream, req: MsgGetRequest, start_ns: int | None) -> StoredMsg | None:
@@ -108,7 +88,7 @@ def handle_direct_get(ctx: DirectGetContext, subject: str, reply: str, data: byt
     if not data.strip():
         return _status(408, "Empty Request")
     try:
-        req = msgspec.json.decode(data, type=_LenientMsgGet)
+        req = msgspec.json.decode(data, type=LenientMsgGet)
         start_ns = parse_time(req.start_time) if req.start_time else None
         up_to_ns = parse_time(req.up_to_time) if req.up_to_time else None
     except (msgspec.DecodeError, ValueError):
@@ -142,10 +122,10 @@ def handle_direct_get_last(ctx: StreamsContext, subject: str, reply: str, data: 
         return StatusReply(503)
     if not reply:
         return None
-    req = _LenientMsgGet()
+    req = LenientMsgGet()
     if data.strip():
         try:
-            req = msgspec.json.decode(data, type=_LenientMsgGet)
+            req = msgspec.json.decode(data, type=LenientMsgGet)
         except msgspec.DecodeError:
             return _status(408, "Malformed Request")
     key = subject.split(".", 5)[5] if subject.count(".") >= 5 else ""
@@ -171,11 +151,11 @@ def _pending_tail(pending: int, last: int) -> str:
     return f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n"
 
 
-def _direct_headers(stream: Stream, msg: StoredMsg, tail: str = "") -> bytes:
-    """The stored headers and ours: Nats-Stream, -Subject, -Sequence, -Time-Stamp, then
-    ``tail`` (header lines, each ending in CRLF)."""
+def _direct_headers(stream: str, msg: StoredMsg, tail: str = "") -> bytes:
+    """The stored headers and ours (for the stream named ``stream``): Nats-Stream, -Subject,
+    -Sequence, -Time-Stamp, then ``tail`` (header lines, each ending in CRLF)."""
     added = (
-        f"Nats-Stream: {stream.name}\r\nNats-Subject: {msg.subject}\r\n"
+        f"Nats-Stream: {stream}\r\nNats-Subject: {msg.subject}\r\n"
         f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n{tail}\r\n"
     )
     stored = msg.headers
@@ -197,7 +177,7 @@ def _direct_headers(stream: Stream, msg: StoredMsg, tail: str = "") -> bytes:
         pass
     items.extend(
         (
-            ("Nats-Stream", stream.name),
+            ("Nats-Stream", stream),
             ("Nats-Subject", msg.subject),
             ("Nats-Sequence", str(msg.seq)),
             ("Nats-Time-Stamp", format_time(msg.ts_ns)),
@@ -223,7 +203,7 @@ def direct_answer(
         msg = load_one(stream, req, start_ns)
         if msg is None:
             return _status(404, "Message Not Found")
-        hdr = None if req.no_hdr else _direct_headers(stream, msg)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg)
         return RawReply(hdr, msg.data)
     cursor = max(seq, 1)
     first = store.load_next(cursor, req.next_by_subj or None)
@@ -240,7 +220,8 @@ def _direct_batch(
     sent = sent_bytes = last = 0
     while msg is not None:
         pending = max(pending - 1, 0)
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
+        tail = _pending_tail(pending, last)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg, tail)
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
@@ -295,7 +276,8 @@ def _multi_replies(
         if msg is None:
             continue
         pending -= 1
-        hdr = None if req.no_hdr else _direct_headers(stream, msg, _pending_tail(pending, last))
+        tail = _pending_tail(pending, last)
+        hdr = None if req.no_hdr else _direct_headers(stream.name, msg, tail)
         yield RawReply(hdr, msg.data)
         last, sent = msg.seq, sent + 1
         sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)

@@ -1,6 +1,7 @@
 """Pull requests (``CONSUMER.MSG.NEXT``): parsing and the waiting queue, sans I/O.
 
-Every decision that ends a request produces a ``Status`` (the empty status message to send to
+The request body's Struct lives in ``pull_json`` (this module may be compiled). Every
+decision that ends a request produces a ``Status`` (the empty status message to send to
 the request's reply subject); the caller publishes them. Time is passed in (``now_ns``).
 """
 
@@ -12,6 +13,7 @@ from typing import NamedTuple
 
 import msgspec
 
+from jetraft.jetstream.pull_json import PULL_DECODER
 from jetraft.protocol.headers import encode_headers
 
 PENDING_MSGS = "Nats-Pending-Messages"
@@ -36,22 +38,6 @@ def heartbeat_hdr(last_dseq: int, last_sseq: int, stalled: str = "") -> bytes:
     if stalled:
         items.append(("Nats-Consumer-Stalled", stalled))
     return encode_headers(items, status=100, description="Idle Heartbeat")
-
-
-class _PullJSON(msgspec.Struct):
-    batch: int | None = None
-    expires: int | None = None
-    max_bytes: int | None = None
-    no_wait: bool | None = None
-    idle_heartbeat: int | None = None
-    group: str | None = None
-    min_pending: int | None = None
-    min_ack_pending: int | None = None
-    id: str | None = None
-    priority: int | None = None
-
-
-_PULL_DECODER = msgspec.json.Decoder(_PullJSON)
 
 
 class PullError(Exception):
@@ -79,7 +65,7 @@ def parse_pull_request(data: bytes) -> PullRequest:
         return PullRequest()
     if body[:1] == b"{":
         try:
-            req = _PULL_DECODER.decode(body)
+            req = PULL_DECODER.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise PullError(400, f"Bad Request - {exc}") from None
         expires = req.expires or 0

@@ -18,15 +18,10 @@ import msgspec
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, ApiStats
-from jetraft.jetstream.direct_get import (
-    MsgGetRequest,
-    Uint64,
-    handle_direct_get,
-    handle_direct_get_last,
-    load_one,
-)
+from jetraft.jetstream.direct_get import handle_direct_get, handle_direct_get_last, load_one
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.models import format_time, go_json_error, parse_time
+from jetraft.jetstream.msg_get import MsgGetRequest, Uint64
 from jetraft.jetstream.stream import DeleteMsg, Entry, OpResult, Purge, Result, Stream
 from jetraft.jetstream.stream_config import (
     StreamConfig,

@@ -61,10 +61,12 @@ from .ready import (
     RaftError,
     Ready,
     Role,
+    SnapshotUnavailable,
     SoftState,
     Status,
 )
-from .types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotMeta
+from .spool import MemorySpool, SnapshotSpool
+from .types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotBytes, SnapshotMeta
 
 
 class RaftCore:
@@ -136,12 +138,16 @@ class RaftCore:
         # Snapshots. snapshot_source() -> (index, data) gives the state machine's state at
         # an applied index, for followers, when the log's own snapshot is an external
         # marker (the state machine keeps its state durably itself); the result is kept
-        # while the log still continues it.
-        self.snapshot_source: Callable[[], tuple[int, bytes]] | None = None
+        # while the log still continues it. Its data may be a SnapshotData (a spool file):
+        # chunks are read from it as they are sent.
+        self.snapshot_source: Callable[[], tuple[int, SnapshotBytes]] | None = None
         self._send_snap: Snapshot | None = None
         # Follower: chunks of one snapshot series collected so far, keyed by
-        # (leader term, snapshot index, snapshot term).
-        self.snap_buf: tuple[tuple[int, int, int], bytearray] | None = None
+        # (leader term, snapshot index, snapshot term), in a spool that snapshot_spool()
+        # makes (in memory by default; a spool file for a durable state machine's group,
+        # so that a large snapshot is never whole in memory: see spool.py).
+        self.snap_buf: tuple[tuple[int, int, int], SnapshotSpool] | None = None
+        self.snapshot_spool: Callable[[], SnapshotSpool] = MemorySpool
 
     # ------------------------------------------------------------------ queries
     @property
@@ -236,6 +242,7 @@ class RaftCore:
         self._votes = {}
         self.transferee = ""
         self.prs = {}
+        self._send_snap = None  # a leader's, for its followers (see sendable_snapshot)
         self.bcast = False
 
     def become_follower(self, term: int, lead: str) -> None:
@@ -325,6 +332,8 @@ class RaftCore:
                 return
         retry = self.cfg.snapshot_retry_ticks or 2 * self.cfg.election_ticks
         removal_done = self.log.committed >= self.log.last_config_index()
+        send_snap = self._send_snap
+        in_use = False
         for pid, pr in list(self.prs.items()):
             if pr.leaving_ticks >= 0 and removal_done:
                 pr.leaving_ticks += 1
@@ -332,11 +341,17 @@ class RaftCore:
                     del self.prs[pid]
                     continue
             if pr.state is ProgressState.SNAPSHOT:
+                in_use = in_use or pr.snap is send_snap
                 pr.snapshot_wait_ticks += 1
                 if pr.snapshot_wait_ticks >= retry:
                     # A chunk or its answer was lost: send it again. The answer also tells
                     # us if the follower has installed the snapshot in the meantime.
                     replication.send_snapshot_chunk(self, pid, pr)
+        if send_snap is not None and not in_use:
+            # No follower is sent the state machine's snapshot any more: let it go (its
+            # data may be a spool file as large as the stream) rather than keep it until
+            # the log is compacted past it, which an idle group may never do.
+            self._send_snap = None
         if self._hb_elapsed >= self.cfg.heartbeat_ticks:
             self._hb_elapsed = 0
             for pid, pr in self.prs.items():
@@ -602,7 +617,8 @@ class RaftCore:
         return heard >= 0 and self.ticks - heard < self.cfg.election_ticks
 
     # ------------------------------------------------------------------ snapshots
-    def create_snapshot(self, index: int, data: bytes, *, external: bool = False) -> Snapshot:
+    def create_snapshot(self, index: int, data: SnapshotBytes, *,
+                        external: bool = False) -> Snapshot:
         """Wrap the state machine's snapshot taken at `index` (<= applied); `external`
         makes a marker without data (the state machine holds that state durably)."""
         if index > self.log.applied or index < self.log.offset:
@@ -646,7 +662,10 @@ class RaftCore:
         # index says (a self-durable one, after a restart). Only a leader sends
         # snapshots, and a leader's log holds every committed entry: the term at that
         # index in our log is the right one.
-        index, data = self.snapshot_source()
+        try:
+            index, data = self.snapshot_source()
+        except SnapshotUnavailable:
+            return None  # tried again at the follower's next answer
         term = log.term(index)
         if term is None or self.role is not Role.LEADER or index < at_least:
             return None

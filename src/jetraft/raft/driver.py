@@ -25,6 +25,7 @@ really on disk.
 from __future__ import annotations
 
 import enum
+import logging
 import random
 from collections.abc import Callable, Generator, Sequence
 from typing import Protocol, runtime_checkable
@@ -34,9 +35,20 @@ import msgspec
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
 from .messages import AppendEntries, AppendResponse, Message, VoteRequest, VoteResponse
-from .ready import NotLeader, ProposalDropped, RaftConfig, RaftError, Ready, Role, SoftState
+from .ready import (
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftError,
+    Ready,
+    Role,
+    SnapshotUnavailable,
+    SoftState,
+)
 from .storage import LogStore, RecoveredState, core_from_recovered, persist_ready, split_messages
-from .types import Entry, EntryKind, Membership, Snapshot
+from .types import Entry, EntryKind, Membership, Snapshot, SnapshotBytes, whole
+
+log = logging.getLogger("jetraft.raft")
 
 
 class StateMachine(Protocol):
@@ -50,8 +62,9 @@ class StateMachine(Protocol):
     def apply(self, entry: Entry) -> object:
         """Apply a committed NORMAL entry; the result answers the proposer."""
 
-    def snapshot(self) -> bytes:
-        """The state after the last applied entry."""
+    def snapshot(self) -> SnapshotBytes:
+        """The state after the last applied entry (bytes, or a SnapshotData whose bytes
+        stay on disk: a durable state machine's, sent to followers chunk by chunk)."""
 
     def restore(self, data: bytes) -> None:
         """Replace the state by a snapshot's."""
@@ -67,9 +80,15 @@ class DurableStateMachine(StateMachine, Protocol):
     snapshot, the leader asks `snapshot()` for the current applied state and sends it.
     `restore(data)` must be durable when it returns (the node then stores a marker).
     On restart the node does not call restore: it replays the committed entries after
-    the marker, and the state machine skips those whose index it already holds."""
+    the marker, and the state machine skips those whose index it already holds.
+
+    A snapshot received from the leader may reach `restore` as a SnapshotData (the
+    group's spool file, see spool.py) rather than bytes: read it in pieces."""
 
     def durable_index(self) -> int: ...
+
+    def restore(self, data: SnapshotBytes) -> None:
+        """Replace the state by a snapshot's, durably."""
 
 
 class Applied(msgspec.Struct, frozen=True):
@@ -159,7 +178,7 @@ class Driver:
             )
             snap = recovered.snapshot
             if snap is not None and not snap.external:
-                state_machine.restore(snap.data)
+                state_machine.restore(whole(snap.data))
         self.core.snapshot_source = self._snapshot_source
         hs = recovered.hard_state if recovered is not None else None
         # What is durable, as this driver wrote it: checked before every send.
@@ -183,6 +202,9 @@ class Driver:
         self.on_error: Callable[[BaseException], None] | None = None
         # Tests and the simulator: see each Ready, and each committed entry as it is applied.
         self.observe_ready: Callable[[Ready], None] | None = None
+        # The host's transport batches messages (one frame per peer and loop turn):
+        # flush() puts those sent so far on the wire now.
+        self.flush: Callable[[], None] | None = None
         self.observe_apply: Callable[[Entry], None] | None = None
         self.fsyncs = 0
         self.readies = 0
@@ -347,14 +369,18 @@ class Driver:
         for m in early:  # a leader's AppendEntries overlap its own fsync (storage.py)
             self._send(m)
         applied = 0
-        if rd.must_sync:
+        if rd.must_sync and self.core.role is Role.LEADER:
             applied = self._apply_durable(rd)
+        if rd.must_sync:
             yield from self._io(wal.sync)
             self.fsyncs += 1
         self._note_durable(rd)
         for m in late:
             self._send(m)
         committed = rd.committed
+        if late and applied < len(committed) and self.flush is not None:
+            # A follower's answers (its leader commits on them) leave before it applies.
+            self.flush()
         for k in range(applied, len(committed)):
             self._apply(committed[k])
         self.core.advance(rd)
@@ -375,15 +401,18 @@ class Driver:
             yield from self._maybe_snapshot()
 
     def _apply_durable(self, rd: Ready) -> int:
-        """Before the Ready's fsync, apply the committed entries that an earlier Ready
-        made durable here (those before the ones this Ready writes); returns how many.
+        """Leader, before the Ready's fsync: apply the committed entries that an earlier
+        Ready made durable here (those before the ones this Ready writes); returns how
+        many.
 
         They are committed, so durable on a quorum, and durable here too: their outcome
         (a PubAck) need not wait for the fsync of the entries that arrived since. On a
         leader this takes one fsync off every acknowledgement: entries are committed by
         answers stepped after the Ready that wrote them, so the next Ready applies them
         while it persists the next batch. Nothing sent depends on it (messages keep
-        their order around the fsync)."""
+        their order around the fsync). A follower answers nobody when it applies, but its
+        leader waits for its answer to the entries this Ready writes: it applies after
+        the fsync, once that answer is on its way (``flush``)."""
         committed = rd.committed
         if not committed or rd.snapshot is not None:
             return 0
@@ -400,16 +429,19 @@ class Driver:
 
     def _install(self, snap: Snapshot) -> Process:
         """A snapshot from the leader: durable before anything continues it."""
-        if self.durable_sm:
+        if self._durable is not None:
             # The state machine makes the restored state durable itself; only then may
             # the log say that its state starts there (a crash in between replays
-            # entries the state machine already holds, which it skips).
-            self.sm.restore(snap.data)
+            # entries the state machine already holds, which it skips). It reads the
+            # data in pieces when it is a spool file.
+            self._durable.restore(snap.data)
             marker = Snapshot(snap.meta, b"", external=True)
             yield from self._io(lambda: self.wal.save_snapshot(marker))
         else:
-            yield from self._io(lambda: self.wal.save_snapshot(snap))
-            self.sm.restore(snap.data)
+            data = whole(snap.data)
+            full = snap if data is snap.data else Snapshot(snap.meta, data)
+            yield from self._io(lambda: self.wal.save_snapshot(full))
+            self.sm.restore(data)
         self._sm_index = snap.meta.index
         self._drop_pending_upto(snap.meta.index)
         self._check_membership(snap.meta.membership)
@@ -502,8 +534,14 @@ class Driver:
             self.on_removed()
 
     # ------------------------------------------------------------------ snapshots
-    def _snapshot_source(self) -> tuple[int, bytes]:
-        return self._sm_index, self.sm.snapshot()
+    def _snapshot_source(self) -> tuple[int, SnapshotBytes]:
+        try:
+            return self._sm_index, self.sm.snapshot()
+        except OSError as exc:
+            # A spool file that cannot be written (a full disk) is no storage failure of
+            # the group: the follower waits, and is offered a snapshot again later.
+            log.warning("RAFT node %s: no snapshot for a follower now: %s", self.id, exc)
+            raise SnapshotUnavailable(str(exc)) from exc
 
     def _maybe_snapshot(self) -> Process:
         core = self.core
@@ -517,7 +555,7 @@ class Driver:
         else:
             if core.applied - base < self.snapshot_entries:
                 return
-            new = core.create_snapshot(core.applied, self.sm.snapshot())
+            new = core.create_snapshot(core.applied, whole(self.sm.snapshot()))
         yield from self._io(lambda: self.wal.save_snapshot(new))
         core.compact(new, new.meta.index - self.keep_entries)
 

@@ -53,6 +53,7 @@ from .membership import ChangeKind, MembershipChange
 from .messages import Message
 from .ready import RaftConfig, Role, SoftState
 from .ready import Status as CoreStatus
+from .spool import SnapshotSpool
 from .storage import LogStore, RecoveredState
 from .transport import Transport
 
@@ -131,6 +132,7 @@ class RaftNode:
         on_removed: Callable[[], None] | None = None,
         on_error: Callable[[BaseException], None] | None = None,
         bootstrap_size: int = 0,
+        snapshot_spool: Callable[[], SnapshotSpool] | None = None,
     ) -> None:
         """`wal` and `recovered` come from `Wal.open`; without `recovered` the log is new.
         Every `snapshot_entries` applied entries the log is compacted, keeping
@@ -138,7 +140,9 @@ class RaftNode:
         timer of its own (tick_interval_s is then only used to report times).
         `proposal_timeout_s` is the default deadline of proposals (None: no deadline).
         `on_removed()` is called once the node learns it was removed from its group,
-        `on_error(exc)` when it stopped on a storage error."""
+        `on_error(exc)` when it stopped on a storage error. `snapshot_spool()` makes the
+        spool a snapshot received from the leader is collected in (in memory by default;
+        see spool.py)."""
         self.id = node_id
         self.wal = wal
         self.transport = transport
@@ -156,7 +160,10 @@ class RaftNode:
         )
         self.driver.on_removed = self._removed
         self.driver.on_error = self._failed
+        self.driver.flush = transport.flush
         self.core = self.driver.core
+        if snapshot_spool is not None:
+            self.core.snapshot_spool = snapshot_spool
         self._rt: runtime.Runtime | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._marked = False  # in the run queue's next pass

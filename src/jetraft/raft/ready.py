@@ -123,3 +123,8 @@ class NotLeader(RaftError):
 
 class ProposalDropped(RaftError):
     """The leader cannot take this proposal now (transfer or change in progress)."""
+
+
+class SnapshotUnavailable(RaftError):
+    """The state machine could not make a snapshot for a follower now (its spool file
+    could not be written: a full disk). The follower is offered one again later."""

@@ -23,7 +23,7 @@ from .messages import (
 )
 from .progress import Progress, ProgressState
 from .ready import Role
-from .types import Snapshot
+from .types import Snapshot, SnapshotBytes, read_at
 
 if TYPE_CHECKING:
     from .core import RaftCore
@@ -88,7 +88,9 @@ def send_snapshot_chunk(core: RaftCore, to: str, pr: Progress) -> None:
     snap = pr.snap
     assert snap is not None and not snap.external
     start = pr.snap_offset
-    chunk = snap.data[start : start + core.cfg.max_snapshot_chunk_bytes]
+    # A SnapshotData (a spool file) is read chunk by chunk: only the chunk in flight is
+    # in memory.
+    chunk = read_at(snap.data, start, core.cfg.max_snapshot_chunk_bytes)
     done = start + len(chunk) >= len(snap.data)
     core.msgs.append(InstallSnapshot(core.term, core.id, to, snap.meta, start, chunk, done))
     pr.snapshot_wait_ticks = 0
@@ -295,37 +297,47 @@ def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
         log.restore(Snapshot(meta, data))
         index = core.verified = meta.index
     if core.snap_buf is not None and core.snap_buf[0][1] <= index:
-        core.snap_buf = None  # a series we no longer need
+        drop_series(core)  # a series we no longer need
     core.verified = max(core.verified, index)
     core.msgs.append(AppendResponse(core.term, core.id, m.frm, index))
     _check_repaired(core)
 
 
-def _assemble(core: RaftCore, m: InstallSnapshot) -> bytes | None:
-    """Collect the chunks of one series (one leader term and snapshot); the whole data
-    once the last chunk is in, else None (after answering with what we hold). A chunk of
-    another series than the one collected is answered with 0: the leader restarts it."""
+def _assemble(core: RaftCore, m: InstallSnapshot) -> SnapshotBytes | None:
+    """Collect the chunks of one series (one leader term and snapshot) in a spool; the
+    whole data once the last chunk is in, else None (after answering with what we hold).
+    A chunk of another series than the one collected is answered with 0: the leader
+    restarts it."""
     meta = m.meta
     key = (m.term, meta.index, meta.term)
     buf = core.snap_buf
     if m.offset == 0:
         if buf is not None and buf[0][0] == m.term and buf[0][1] > meta.index:
             return None  # a stale start of an older series of this leader
+        drop_series(core)  # replaced by this one (or restarted from its start)
         if m.done:
-            core.snap_buf = None
             return m.data
-        buf = core.snap_buf = (key, bytearray(m.data))
+        spool = core.snapshot_spool()
+        spool.append(m.data)
+        buf = core.snap_buf = (key, spool)
     elif buf is None or buf[0] != key or m.offset != len(buf[1]):
         have = len(buf[1]) if buf is not None and buf[0] == key else 0
         core.msgs.append(SnapshotResponse(core.term, core.id, m.frm, meta.index, have))
         return None
     else:
-        buf[1].extend(m.data)
+        buf[1].append(m.data)
     if not m.done:
         core.msgs.append(SnapshotResponse(core.term, core.id, m.frm, meta.index, len(buf[1])))
         return None
     core.snap_buf = None
-    return bytes(buf[1])
+    return buf[1].data()
+
+
+def drop_series(core: RaftCore) -> None:
+    """Forget the series being collected, and free its spool."""
+    buf, core.snap_buf = core.snap_buf, None
+    if buf is not None:
+        buf[1].close()
 
 
 def _check_repaired(core: RaftCore) -> None:

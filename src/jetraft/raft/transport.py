@@ -20,6 +20,10 @@ class Transport(Protocol):
     def send(self, msg: Message) -> None:
         """Queue msg for msg.to; never blocks, may lose it."""
 
+    def flush(self) -> None:
+        """Put what was queued so far on its way now rather than later (a transport that
+        batches sends per loop turn); never blocks."""
+
 
 Receiver = Callable[[Message], None]
 
@@ -91,3 +95,6 @@ class InMemoryTransport:
 
     def send(self, msg: Message) -> None:
         self.hub.route(msg)
+
+    def flush(self) -> None:
+        pass  # every message is on its way already

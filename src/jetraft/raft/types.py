@@ -12,6 +12,7 @@ of them can be part of a reference cycle, so the garbage collector does not trac
 from __future__ import annotations
 
 import enum
+from typing import Protocol
 
 import msgspec
 
@@ -59,11 +60,42 @@ class SnapshotMeta(msgspec.Struct, frozen=True, gc=False):
     membership: Membership
 
 
+class SnapshotData(Protocol):
+    """A snapshot's bytes that need not be in memory (a spool file: see spool.py): its
+    length, and reads at offsets. The leader reads the chunks it sends from it; a follower
+    hands the whole series to the state machine as one."""
+
+    def __len__(self) -> int: ...
+
+    def read(self, offset: int, n: int) -> bytes:
+        """Up to n bytes from offset (fewer only at the end)."""
+        ...
+
+
+SnapshotBytes = bytes | SnapshotData
+
+
+def read_at(data: SnapshotBytes, offset: int, n: int) -> bytes:
+    """Bytes [offset, offset + n) of a snapshot's data, whichever form it has."""
+    if isinstance(data, bytes):
+        return data[offset : offset + n]
+    return data.read(offset, n)
+
+
+def whole(data: SnapshotBytes) -> bytes:
+    """All of a snapshot's data in memory (for state machines that keep it there)."""
+    if isinstance(data, bytes):
+        return data
+    return data.read(0, len(data))
+
+
 class Snapshot(msgspec.Struct, frozen=True, gc=False):
     """The state machine's state after entry meta.index. An `external` snapshot is a
     marker with no data: the state machine keeps that state durably in its own storage
-    (see node.StateMachine.durable_index); it is never sent to a peer."""
+    (see node.StateMachine.durable_index); it is never sent to a peer. `data` is bytes,
+    or (a durable state machine's, sent to or received from a peer) a SnapshotData whose
+    bytes stay on disk; it is never encoded by msgspec (wal_format writes bytes only)."""
 
     meta: SnapshotMeta
-    data: bytes
+    data: SnapshotBytes
     external: bool = False

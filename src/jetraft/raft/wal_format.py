@@ -29,7 +29,15 @@ import struct
 import zlib
 from typing import NamedTuple
 
-from jetraft.raft.types import Entry, EntryKind, HardState, Membership, Snapshot, SnapshotMeta
+from jetraft.raft.types import (
+    Entry,
+    EntryKind,
+    HardState,
+    Membership,
+    Snapshot,
+    SnapshotMeta,
+    whole,
+)
 
 MAGIC = b"\xa7J"
 REC_ENTRY = 1
@@ -217,7 +225,7 @@ def encode_snapshot(snap: Snapshot) -> bytes:
     if snap.external:
         body = b"".join(parts)
         return SNAP_MAGIC_EXTERNAL + _CRC.pack(_crc32(body)) + body
-    parts.append(snap.data)
+    parts.append(whole(snap.data))
     body = b"".join(parts)
     return SNAP_MAGIC + _CRC.pack(_crc32(body)) + body
 

@@ -40,7 +40,7 @@ from jetraft.jetstream.stream import (
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.raft.disk import MemDisk
 from jetraft.raft.sim.node import SimStateMachine
-from jetraft.raft.types import Entry
+from jetraft.raft.types import Entry, SnapshotBytes, whole
 
 NS = 1_000_000_000
 T0 = 1_700_000_000 * NS
@@ -186,8 +186,8 @@ class DurableStreamStateMachine(StreamStateMachine):
             self._since = 0
         return result
 
-    def restore(self, data: bytes) -> None:
-        snap = _dec.decode(data)
+    def restore(self, data: SnapshotBytes) -> None:
+        snap = _dec.decode(whole(data))
         store = self.stream.store
         assert isinstance(store, FileStore)
         ck = _Ckpt(snap.digest, snap.config, snap.dedupe, snap.last_msg_id, snap.ttl_heap)

@@ -10,6 +10,7 @@ is keyed by pid: a forked child never touches its parent's loop or sockets.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import ssl
@@ -148,6 +149,16 @@ def run_sync(factory: Callable[[], Coroutine[Any, Any, T]], timeout_s: float | N
     runtime = _get_runtime()
     future = asyncio.run_coroutine_threadsafe(factory(), runtime.loop)
     return future.result(timeout=timeout_s)
+
+
+def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+    """Start a coroutine on this process's loop without waiting for it."""
+    return asyncio.run_coroutine_threadsafe(coro, _get_runtime().loop)
+
+
+def call_soon(callback: Callable[[], object]) -> None:
+    """Run a plain callable on this process's loop thread (thread-safe)."""
+    _get_runtime().loop.call_soon_threadsafe(callback)
 
 
 def _tls_context(opts: ConnOptions) -> ssl.SSLContext | None:

@@ -7,9 +7,12 @@ connection lazily through the per-process cache in ``loop``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import queue
+import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +40,8 @@ except ImportError:  # pragma: no cover - PySpark 4.0/4.1
 log = logging.getLogger("jetraft.spark")
 
 ARROW_ROWS = 16_384
+# Runs of ARROW_ROWS rows a partition's read may hold ready before its consumer takes them.
+PREFETCH_RUNS = 3
 
 
 class JetStreamPartition(InputPartition):  # type: ignore[misc, unused-ignore]
@@ -136,7 +141,12 @@ def _merge(chunks: list[Chunk]) -> Chunk:
 
 
 def read_partition(opts: ReadOptions, part: JetStreamPartition) -> Iterator[pa.RecordBatch]:
-    """Arrow batches for one partition, in sequence order. Runs in an executor."""
+    """Arrow batches for one partition, in sequence order. Runs in an executor.
+
+    The wire side runs ahead on the process's loop thread (``_Prefetch``): its requests stay
+    in flight while this thread builds Arrow batches and Spark consumes them, and the two
+    threads meet once per batch of ``ARROW_ROWS`` rows, not once per answer.
+    """
     spec = RangeSpec(
         stream=opts.stream,
         start=part.start,
@@ -149,41 +159,84 @@ def read_partition(opts: ReadOptions, part: JetStreamPartition) -> Iterator[pa.R
         fail_on_data_loss=opts.fail_on_data_loss,
     )
     keep = subject_filter(opts.subjects)
-    holder: dict[str, AsyncIterator[Chunk]] = {}
-
-    async def _next() -> Chunk | None:
-        gen = holder.get("gen")
-        if gen is None:
-            nc = await loop.connection(opts.conn)
-            read = fetch.read_direct if part.mode == "direct" else fetch.read_consumer
-            gen = holder["gen"] = read(nc, spec)
-        try:
-            return await gen.__anext__()
-        except StopAsyncIteration:
-            return None
-
-    async def _close() -> None:
-        gen = holder.get("gen")
-        if gen is not None and hasattr(gen, "aclose"):
-            await gen.aclose()
-
-    pending: list[Chunk] = []
-    rows = 0
+    prefetch = _Prefetch(opts, spec, part.mode)
     try:
         while True:
-            chunk = loop.run_sync(_next)
-            if chunk is not None and len(chunk):
-                pending.append(chunk)
-                rows += len(chunk)
-            if pending and (chunk is None or rows >= ARROW_ROWS):
-                batch = to_record_batch(_merge(pending), opts.stream, opts.include_headers, keep)
-                pending, rows = [], 0
-                if batch is not None:
-                    yield batch
+            chunk = prefetch.next()
             if chunk is None:
                 return
+            batch = to_record_batch(chunk, opts.stream, opts.include_headers, keep)
+            if batch is not None:
+                yield batch
     finally:
-        loop.run_sync(_close)
+        prefetch.close()
+
+
+class _Prefetch:
+    """A partition's read, driven on the loop thread ahead of its consumer.
+
+    Chunks are merged into runs of at least ``ARROW_ROWS`` rows and handed over through a
+    thread-safe queue; at most ``PREFETCH_RUNS`` runs wait unconsumed, which bounds memory
+    (a few megabytes) while the wire never waits for the consumer's turn. An error of the
+    read is raised in the consumer's thread; closing early cancels the read and waits for its
+    clean-up (its inbox unsubscribed, a consumer deleted).
+    """
+
+    def __init__(self, opts: ReadOptions, spec: RangeSpec, mode: str) -> None:
+        self.opts = opts
+        self.spec = spec
+        self.mode = mode
+        self.out: queue.SimpleQueue[tuple[Chunk | None, BaseException | None]] = (
+            queue.SimpleQueue()
+        )
+        self.room = asyncio.Semaphore(PREFETCH_RUNS)
+        self.finished = threading.Event()
+        self.future = loop.submit(self._produce())
+
+    async def _produce(self) -> None:
+        try:
+            nc = await loop.connection(self.opts.conn)
+            read = fetch.read_direct if self.mode == "direct" else fetch.read_consumer
+            gen = read(nc, self.spec)
+            pending: list[Chunk] = []
+            rows = 0
+            try:
+                async for chunk in gen:
+                    if not len(chunk):
+                        continue
+                    pending.append(chunk)
+                    rows += len(chunk)
+                    if rows >= ARROW_ROWS:
+                        await self.room.acquire()
+                        self.out.put((_merge(pending), None))
+                        pending, rows = [], 0
+            finally:
+                aclose = getattr(gen, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+            if pending:
+                self.out.put((_merge(pending), None))
+            self.out.put((None, None))
+        except BaseException as exc:  # cancelled too: the consumer must never wait forever
+            self.out.put((None, exc))
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self.finished.set()
+
+    def next(self) -> Chunk | None:
+        """The next run of rows; None at the end of the range."""
+        chunk, exc = self.out.get()
+        if exc is not None:
+            raise exc
+        if chunk is not None:
+            loop.call_soon(self.room.release)
+        return chunk
+
+    def close(self) -> None:
+        if not self.finished.is_set():
+            self.future.cancel()
+            self.finished.wait(self.spec.timeout_s + 5)
 
 
 class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc, unused-ignore]

@@ -3,9 +3,6 @@ must be byte for byte what the general form builds."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -26,7 +23,6 @@ _subjects = st.from_regex(r"[a-z0-9_-]{1,8}(\.[a-z0-9_-]{1,8}){0,3}", fullmatch=
 def test_plain_message_block_matches_the_general_encoder(
     subject: str, seq: int, ts_ns: int, pending: int
 ) -> None:
-    stream: Any = SimpleNamespace(name="ORDERS")
     extra = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(seq - 1)))
     msg = StoredMsg(seq, subject, None, b"payload", ts_ns)
     expected = encode_headers(
@@ -38,7 +34,7 @@ def test_plain_message_block_matches_the_general_encoder(
             *extra,
         ]
     )
-    block = _direct_headers(stream, msg, _pending_tail(pending, seq - 1))
+    block = _direct_headers("ORDERS", msg, _pending_tail(pending, seq - 1))
     assert block == expected
     assert dict(parse_headers(block).items)["Nats-Subject"] == subject
     if ts_ns > 0:
@@ -59,7 +55,6 @@ def test_stored_headers_come_first_then_ours(
 ) -> None:
     """Stored headers are kept as stored (repeated names and a status line too) and the
     direct-get headers follow: what the general encoder builds from both lists."""
-    stream: Any = SimpleNamespace(name="ORDERS")
     stored = encode_headers(items, status=status, description="x" if status else "")
     extra = (("Nats-Num-Pending", "3"), ("Nats-Last-Sequence", str(seq - 1)))
     msg = StoredMsg(seq, "a.b", stored, b"payload", 1_700_000_000_123_456_789)
@@ -70,7 +65,7 @@ def test_stored_headers_come_first_then_ours(
         ("Nats-Time-Stamp", format_time(msg.ts_ns)),
         *extra,
     ]
-    block = _direct_headers(stream, msg, _pending_tail(3, seq - 1))
+    block = _direct_headers("ORDERS", msg, _pending_tail(3, seq - 1))
     description = "x" if status else ""
     assert block == encode_headers([*items, *ours], status=status, description=description)
     parsed = parse_headers(block)

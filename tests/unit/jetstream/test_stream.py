@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import tempfile
 from dataclasses import dataclass, field
 
 import msgspec
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.store.memory import MemoryStore
 from jetraft.jetstream.stream import (
     ConsumerAck,
@@ -19,6 +21,7 @@ from jetraft.jetstream.stream import (
     OpResult,
     PubAck,
     Purge,
+    StoreBatch,
     StoreMsg,
     Stream,
     UpdateConfig,
@@ -554,3 +557,72 @@ def test_streams_with_more_checks_do_not_take_lone_ids() -> None:
     assert not make(retention="interest").takes_lone_ids()
     assert not make(discard="new").takes_lone_ids()
     assert make(retention="limits", discard="old").takes_lone_ids()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    batches=st.lists(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["s.a", "s.b"]),
+                st.sampled_from(["", "", "m1", "m2"]),  # a Nats-Msg-Id header, or none
+                st.integers(0, 12),  # payload size
+            ),
+            max_size=10,
+        ),
+        max_size=5,
+    ),
+    flags=st.fixed_dictionaries(
+        {
+            "max_msg_size": st.sampled_from([-1, 8]),
+            "max_msgs": st.sampled_from([-1, 4]),
+            "discard": st.sampled_from(["old", "new"]),
+            "duplicate_window": st.sampled_from([0, 60 * S]),
+        }
+    ),
+    file=st.booleans(),
+)
+@example(  # plain publishes after one with a Nats-Msg-Id: they forget it (last_msg_id)
+    batches=[[("s.a", "m1", 1)], [("s.a", "", 1), ("s.b", "", 2)]],
+    flags={"max_msg_size": -1, "max_msgs": -1, "discard": "old", "duplicate_window": 0},
+    file=False,
+)
+def test_a_batch_applies_as_its_publishes_one_by_one(
+    batches: list[list[tuple[str, str, int]]], flags: dict[str, object], file: bool
+) -> None:
+    """apply_batch (a clustered leader's StoreBatch entry) stores the same messages, gives
+    the same answers and tells observers the same as applying each publish alone, whether
+    its publishes take the common case (stored in one run) or not."""
+    entries = [
+        [
+            StoreMsg(subj, f"r{i}", encode_headers({"Nats-Msg-Id": mid}) if mid else None,
+                     b"x" * size, T0 + i)
+            for i, (subj, mid, size) in enumerate(batch)
+        ]
+        for batch in batches
+    ]
+
+    def run(batched: bool, answers: bool = True) -> tuple[list[list[PubAck]], object]:
+        with tempfile.TemporaryDirectory() as d:
+            store = FileStore(d) if file else MemoryStore()
+            s = Stream(StreamConfig(name="S", subjects=("s.>",), **flags),  # type: ignore[arg-type]
+                       store, created_ns=T0)
+            heard: list[tuple[int, str]] = []
+            s.add_listener(lambda seq: heard.append((seq, "")))
+            acks: list[list[PubAck]] = []
+            for msgs in entries:
+                if batched:
+                    acks.append(s.apply_batch(StoreBatch(msgs), answers=answers))
+                else:
+                    acks.append([s.apply(m) for m in msgs])  # type: ignore[misc]
+            loaded = [store.load(seq) for seq in range(1, store.last_seq + 1)]
+            out = (store.state(), store.subjects_state(), loaded, heard, s.last_msg_id)
+            store.close()
+            return acks, out
+
+    one_by_one = run(batched=False)
+    assert run(batched=True) == one_by_one
+    # A follower's apply leaves the answers out (all or nothing), the rest is the same.
+    acks, out = run(batched=True, answers=False)
+    assert out == one_by_one[1]
+    assert all(got in ([], want) for got, want in zip(acks, one_by_one[0], strict=True))

@@ -9,7 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from jetraft.jetstream.consumer import Delivered, Start, decode_entries, encode_entry
+from jetraft.jetstream.consumer import (
+    Acked,
+    ConsumerCore,
+    Delivered,
+    Nakked,
+    Start,
+    decode_entries,
+    encode_entries,
+    encode_entry,
+)
 from jetraft.jetstream.consumer import Entry as ConsumerEntry
 from jetraft.jetstream.consumer_config import ConsumerConfig
 from jetraft.jetstream.meta import ConsumerAssignment, StreamAssignment
@@ -180,3 +189,31 @@ async def test_acks_whose_proposal_is_dropped_are_not_answered(tmp_path: Path) -
     await _until(lambda: lead.answers == ["answer.again"], "the later answer")
     await asyncio.sleep(0.01)
     assert lead.answers == ["answer.again"]
+
+
+def test_a_replica_applies_a_batch_with_runs_of_acks_as_entries_one_by_one(
+    tmp_path: Path,
+) -> None:
+    """A replica applies the acks in a committed batch together (``apply_explicit_acks``):
+    the state, and the sequences it hands the stream, are those of applying each entry."""
+    host = _Host(tmp_path)
+    sa = StreamAssignment("$G", CFG, "S-R3F-x", ("a", "b", "c"), 1)
+    stream = StreamReplica(host, sa, joining=False)
+    cfg = ConsumerConfig(durable_name="C", ack_policy="explicit", ack_wait=30_000_000_000)
+    ca = ConsumerAssignment("$G", "S", "C", cfg, "C-R3F-y", ("a", "b", "c"), 1)
+    replica = ConsumerReplica(host, ca, stream, host.account, joining=False)
+    reference = ConsumerCore("S", "C", replica.core.cfg, created_ns=1)
+    batch: list[ConsumerEntry] = [Start(1)]
+    batch += [Delivered(i, i, 1, 100 + i) for i in range(1, 9)]
+    batch += [Acked(2, 2), Acked(1, 1), Acked(4, 4), Acked(9, 9)]  # 9: not delivered
+    batch += [Nakked(5, 7, delayed=False), Acked(5, 5), Delivered(9, 9, 1, 200)]
+    batch += [Acked(3, 3), Acked(9, 9), Acked(3, 3), Acked(6, 6, term=True)]
+    done = replica.apply(Entry(1, 1, EntryKind.NORMAL, encode_entries(batch)))
+    want: list[int] = []
+    for e in batch:
+        want += reference.apply(e)
+    assert done == want
+    got, ref = replica.core.state, reference.state
+    assert (got.delivered, got.ack_floor) == (ref.delivered, ref.ack_floor)
+    assert got.pending == ref.pending and got.redelivered == ref.redelivered
+    assert sorted(got.pending) == [7, 8]

@@ -5,6 +5,7 @@ marked with the driver's index."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import msgspec
@@ -12,6 +13,7 @@ import pytest
 
 from jetraft.jetstream.meta import StreamAssignment
 from jetraft.jetstream.store.file import FileStore
+from jetraft.jetstream.store.types import StoreCorruption
 from jetraft.jetstream.stream import (
     DeleteMsg,
     Purge,
@@ -24,7 +26,8 @@ from jetraft.jetstream.stream import (
     Entry as StreamEntry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
-from jetraft.raft.types import Entry, EntryKind
+from jetraft.raft.spool import FileSnapshotData
+from jetraft.raft.types import Entry, EntryKind, whole
 from jetraft.server.js.clustered import stream_file
 from jetraft.server.js.clustered.stream_file import FileStreamReplica
 from jetraft.server.js.clustered.stream_replica import StreamReplica
@@ -143,4 +146,121 @@ async def test_a_restored_snapshot_is_durable_at_its_index(tmp_path: Path) -> No
     assert again.applied_index == len(_log())
     assert _contents(again) == _contents(leader)
     await leader.stop()
+    await again.stop()
+
+
+async def test_a_snapshot_is_spooled_to_a_file_and_restored_a_piece_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The leader writes the snapshot it sends to an (unnamed) spool file in the group's
+    directory; the follower reads the records back in pieces, whatever their size."""
+    monkeypatch.setattr(stream_file, "READ_CHUNK", 7)  # pieces cut records anywhere
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    leader.group.dir.mkdir(parents=True, exist_ok=True)
+    data = leader.snapshot()
+    assert isinstance(data, FileSnapshotData)
+    assert [p.name for p in leader.group.dir.iterdir()] == ["stream"]  # nothing named
+    snap, pieces = stream_file.read_snapshot(data)
+    assert snap.index == len(_log()) and snap.chunks == []
+    assert {len(p) for p in pieces} == {7} | {len(data) % 7 or 7} - {0}
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    follower.restore(data)
+    assert _contents(follower) == _contents(leader)
+    await leader.stop()
+    await follower.stop()
+
+
+async def test_a_snapshot_of_the_whole_in_memory_form_is_still_restored(
+    tmp_path: Path,
+) -> None:
+    """A leader of an earlier version sends the msgpack form (records inside)."""
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    old = StreamReplica.snapshot(leader)
+    assert isinstance(old, bytes) and not old.startswith(stream_file.SPOOL_MAGIC)
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    follower.restore(old)
+    assert follower.applied_index == len(_log())
+    assert _contents(follower) == _contents(leader)
+    await leader.stop()
+    await follower.stop()
+
+
+async def test_a_truncated_snapshot_is_refused_and_the_store_kept(tmp_path: Path) -> None:
+    leader = FileStreamReplica(_Host(tmp_path / "leader"), SA, joining=False)
+    for e in _log():
+        leader.apply(e)
+    leader.group.dir.mkdir(parents=True, exist_ok=True)
+    full = whole(leader.snapshot())
+    follower = FileStreamReplica(_Host(tmp_path / "follower"), SA, joining=True)
+    for e in _log()[:3]:
+        follower.apply(e)
+    before = _contents(follower)
+    for cut in (3, len(stream_file.SPOOL_MAGIC) + 6, len(full) - 5):
+        with pytest.raises(StoreCorruption):
+            follower.restore(full[:cut])
+    assert _contents(follower) == before
+    await leader.stop()
+    await follower.stop()
+
+
+async def test_the_store_is_opened_in_a_worker_thread_while_the_loop_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Recovering a large store reads every block: FileStreamReplica.open does it in a
+    worker thread, and the replica exists only once its store is open."""
+    host = _Host(tmp_path)
+    r = FileStreamReplica(host, SA, joining=False)
+    for e in _log():
+        r.apply(e)
+    want = _contents(r)
+    await r.stop()
+    loop_turned = threading.Event()
+    threads: list[int] = []
+    real_open = stream_file.open_replica_store
+
+    def slow_open(directory: Path, name: str) -> FileStore:
+        threads.append(threading.get_ident())
+        # Returns only once the loop ran a callback: an open on the loop would time out.
+        assert loop_turned.wait(10), "the loop did not run while the store was opened"
+        return real_open(directory, name)
+
+    monkeypatch.setattr(stream_file, "open_replica_store", slow_open)
+    asyncio.get_running_loop().call_soon(loop_turned.set)
+    again = await FileStreamReplica.open(host, SA, joining=False)
+    assert threads and threads[0] != threading.get_ident()
+    assert again.applied_index == len(_log()) and _contents(again) == want
+    await again.stop()
+
+
+async def test_a_store_opened_for_a_cancelled_caller_is_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release = threading.Event()
+    opened: list[FileStore] = []
+    real_open = stream_file.open_replica_store
+
+    def slow_open(directory: Path, name: str) -> FileStore:
+        assert release.wait(10)
+        store = real_open(directory, name)
+        opened.append(store)
+        return store
+
+    monkeypatch.setattr(stream_file, "open_replica_store", slow_open)
+    task = asyncio.ensure_future(FileStreamReplica.open(_Host(tmp_path), SA, joining=False))
+    await asyncio.sleep(0)
+    task.cancel()  # the server stops while the store is being opened
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    release.set()
+    for _ in range(1000):
+        if opened and opened[0]._closed:
+            break
+        await asyncio.sleep(0.01)
+    assert opened and opened[0]._closed  # released: the directory can be opened again
+    monkeypatch.setattr(stream_file, "open_replica_store", real_open)
+    again = await FileStreamReplica.open(_Host(tmp_path), SA, joining=False)
     await again.stop()

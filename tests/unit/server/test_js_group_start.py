@@ -28,6 +28,9 @@ class _Sender:
     def send_raft(self, to_server: str, group: str, data: bytes) -> None:
         self.sent.append((to_server, group))
 
+    def push_raft(self) -> None:
+        pass
+
 
 class _Host:
     """A server of a cluster whose peers never answer (GroupHost)."""

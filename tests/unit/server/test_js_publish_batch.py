@@ -20,10 +20,11 @@ from jetraft.jetstream.stream import (
     encode_entry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.protocol.client import PubBatch
 from jetraft.raft.types import Entry, EntryKind
 from jetraft.raft.wal import Wal
 from jetraft.server.core.internal import InternalClient
-from jetraft.server.js.clustered.stream_replica import StreamReplica
+from jetraft.server.js.clustered.stream_replica import MAX_BATCH_MSGS, StreamReplica
 from tests.unit.server.test_js_reconcile_members import _ReplicaHost, _until
 
 CFG = StreamConfig(name="S", subjects=("s.>",), duplicate_window=60 * 10**9)
@@ -155,5 +156,40 @@ async def test_snapshots_and_the_log_kept_after_them_are_paced_by_messages(
         assert replica.stream.store.state().msgs == 1024
         assert node.driver.snapshot_entries == 8192 // 128
         assert node.driver.keep_entries == 16
+    finally:
+        await replica.stop()
+
+
+async def test_the_publishes_of_one_read_join_the_batch_as_one_by_one(tmp_path: Path) -> None:
+    """A read of client publishes reaches the leader as runs (``PubBatch``): each publish
+    joins the turn's batch as it would alone, and a full batch is proposed at once."""
+    replica = _replica(tmp_path, "leader")
+    await replica.start()
+    try:
+        node = replica.group.node
+        assert node is not None
+        await _until(lambda: replica.is_leader, "leadership")
+        await node.wait_for(lambda: node.core.log.committed == node.core.log.last_index, 5.0)
+        first = node.core.log.last_index + 1
+        hdr = _hdr(**{"Nats-Msg-Id": "m1"})
+        plain = [b"p%d" % i for i in range(MAX_BATCH_MSGS)]
+        pubs = PubBatch(
+            [("s.a", "r1", 2, -1, b""), ("s.b", None, len(hdr) + 3, len(hdr), b""),
+             ("s.c", "r3", 2, -1, b"")],
+            [0, 2, 3, 3 + len(plain)],
+            [b"p1", b"p2", hdr + b"two", *plain],
+        )
+        assert replica._on_publish_run(pubs, 0, 3) == 3 + len(plain)
+        want = [("s.a", "r1", None, b"p1"), ("s.a", "r1", None, b"p2"), ("s.b", "", hdr, b"two")]
+        want += [("s.c", "r3", None, p) for p in plain]
+        # The first MAX_BATCH_MSGS are one entry already, the rest wait for the turn's end.
+        proposed = replica._own
+        assert len(proposed) == 1
+        (_, entry), = proposed.values()
+        assert isinstance(entry, StoreBatch)
+        got = [(m.subject, m.reply, m.hdr, m.data) for m in [*entry.msgs, *replica._batch]]
+        assert got == want
+        await _until(lambda: node.core.log.last_index == first + 1, "the rest proposed")
+        await _until(lambda: replica.stream.store.state().msgs == len(want), "applied")
     finally:
         await replica.stop()

@@ -145,6 +145,11 @@ class _Stream:
         self.handed_to: list[str | None] = []
         _Stream.made.append(self)
 
+    @classmethod
+    async def open(cls, js: _Js, sa: StreamAssignment, *, joining: bool) -> _Stream:
+        """As FileStreamReplica.open (which opens the store in a worker thread first)."""
+        return cls(js, sa, joining=joining)
+
     @property
     def key(self) -> tuple[str, str]:
         return (self.sa.account, self.sa.config.name)

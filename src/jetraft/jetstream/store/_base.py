@@ -8,7 +8,7 @@ stores decide identically; the file store only records the outcome.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 from jetraft._mypyc import mypyc_attr
 from jetraft.jetstream.store import _records as rec
@@ -21,6 +21,7 @@ from jetraft.jetstream.store.types import (
     ERR_MAX_MSGS_PER_SUBJECT,
     Filters,
     Limits,
+    PlainMsg,
     StoreClosed,
     StoreCorruption,
     StoredMsg,
@@ -99,6 +100,19 @@ class BaseStore:
         if lim.max_msgs_per_subject <= 0 and lim.max_msgs <= 0 and lim.max_bytes <= 0:
             return seq, []
         return seq, self._enforce(sid)
+
+    @property
+    def prunes_on_store(self) -> bool:
+        lim = self._limits
+        return lim.max_msgs_per_subject > 0 or lim.max_msgs > 0 or lim.max_bytes > 0
+
+    def store_run(self, msgs: Sequence[PlainMsg]) -> int:
+        if self.prunes_on_store:
+            raise StoreError("store_run on a store whose limits remove messages")
+        first = self._ix.last + 1
+        for m in msgs:
+            self.store(m.subject, None, m.data, m.ts_ns)
+        return first
 
     def _enforce(self, sid: int) -> list[int]:
         """After a store: the limits that remove older messages; returns what they removed."""
@@ -373,7 +387,10 @@ class BaseStore:
         mark = self.fingerprint()
         buf = bytearray()
         rec.append_control(buf, rec.KIND_FLOOR, ix.first, ix.last_ts)
-        for seq in ix.seqs_between(ix.first, ix.last, None):
+        # Walks the index rather than a list of its sequences: a dump of a large store
+        # (streamed to a file by a clustered replica) holds one chunk in memory, not one
+        # int per message. The walk resumes only after the fingerprint check below.
+        for seq, _c, _i in ix.entries(ix.first, ix.last):
             buf += self._raw_record(seq)
             if len(buf) >= SNAPSHOT_CHUNK:
                 yield bytes(buf)

@@ -110,6 +110,19 @@ class Limits:
     discard_new_per_subject: bool = False
 
 
+class PlainMsg(Protocol):
+    """A message without headers, as ``StreamStore.store_run`` takes it (a stream entry)."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+    @property
+    def ts_ns(self) -> int: ...
+
+
 @runtime_checkable
 class StreamStore(Protocol):
     """What the stream, consumers, KV, direct get, purge and RAFT snapshots use."""
@@ -119,6 +132,17 @@ class StreamStore(Protocol):
         self, subject: str, headers: bytes | None, data: bytes, ts_ns: int
     ) -> tuple[int, list[int]]:
         """Append; returns (new seq, seqs removed by per-subject / discard-old limits)."""
+        ...
+
+    def store_run(self, msgs: Sequence[PlainMsg]) -> int:
+        """``store(m.subject, None, m.data, m.ts_ns)`` for each message, in order, in one
+        call (a batch of publishes); returns the seq of the first. Only on a store whose
+        limits remove nothing to make room (``prunes_on_store`` False)."""
+        ...
+
+    @property
+    def prunes_on_store(self) -> bool:
+        """Whether a store may remove older messages (max_msgs, max_bytes, per subject)."""
         ...
 
     def would_exceed(

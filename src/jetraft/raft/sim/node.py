@@ -32,7 +32,7 @@ from ..driver import (
 )
 from ..messages import Message
 from ..ready import RaftConfig, Ready
-from ..types import Entry, HardState, Snapshot, SnapshotMeta
+from ..types import Entry, HardState, Snapshot, SnapshotBytes, SnapshotMeta, whole
 from ..wal import Recovered, Wal
 
 WAL_DIR = "/wal"
@@ -124,8 +124,8 @@ class DurableHashStateMachine(HashStateMachine):
             self._persist()
         return result
 
-    def restore(self, data: bytes) -> None:
-        super().restore(data)
+    def restore(self, data: SnapshotBytes) -> None:
+        super().restore(whole(data))
         self._persist()  # durable on return, as the contract asks
 
     def _persist(self) -> None:
@@ -151,11 +151,14 @@ class ObservedSM:
             self.node.applied_hook(self.node, entry)
         return result
 
-    def snapshot(self) -> bytes:
+    def snapshot(self) -> SnapshotBytes:
         return self.inner.snapshot()
 
-    def restore(self, data: bytes) -> None:
-        self.inner.restore(data)
+    def restore(self, data: SnapshotBytes) -> None:
+        self.inner.restore(whole(data))
+        self._restored()
+
+    def _restored(self) -> None:
         meta = self.node.snapshot_meta
         assert meta is not None
         self.node.restored_hook(self.node, meta)
@@ -169,6 +172,10 @@ class ObservedDurableSM(ObservedSM):
 
     def durable_index(self) -> int:
         return self._durable.durable_index()
+
+    def restore(self, data: SnapshotBytes) -> None:
+        self._durable.restore(data)  # as given: a durable one reads it in pieces
+        self._restored()
 
 
 class TrackingLog:

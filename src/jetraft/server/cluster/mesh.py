@@ -524,13 +524,22 @@ class RouteMesh:
         if self._raft_out:
             self._flush_raft()
 
-    def _flush_raft(self) -> None:
+    def push_raft(self) -> None:
+        """The RAFT messages batched so far, written to their routes' sockets now (not at
+        the end of the loop turn): a follower's answers, before it applies entries."""
+        for route in self._flush_raft():
+            route.flush()
+
+    def _flush_raft(self) -> list[RouteConnection]:
         self._raft_flush_scheduled = False
         out, self._raft_out = self._raft_out, {}
+        sent = []
         for to, items in out.items():
             route = self.by_name.get(to)
             if route is not None:
                 route.send(rp.encode_raft(items))
+                sent.append(route)
+        return sent
 
     def remote_raft(self, route: RouteConnection, items: list[tuple[str, bytes]]) -> None:
         receiver = self.raft_receiver

@@ -22,6 +22,9 @@ class RaftSender(Protocol):
 
     def send_raft(self, to_server: str, group: str, data: bytes) -> None: ...
 
+    def push_raft(self) -> None:
+        """Write the frames batched so far to their routes now."""
+
 
 class Receiver(Protocol):
     def receive(self, msg: Message) -> None: ...
@@ -38,6 +41,9 @@ class GroupTransport:
 
     def send(self, msg: Message) -> None:
         self.net.sender.send_raft(msg.to, self.group, encode_message(msg))
+
+    def flush(self) -> None:
+        self.net.sender.push_raft()
 
 
 class RaftNet:

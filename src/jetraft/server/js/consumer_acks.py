@@ -135,6 +135,11 @@ class AckIntake:
         was_full = 0 < limit <= len(st.pending)
         self.last_activity_ns = now = now_ns()
         replies: list[str] = []
+        # Plain acks of an explicit-ack consumer on one server: applied together
+        # (``apply_explicit_acks``), before anything else of the run is looked at.
+        explicit: list[int] | None = (
+            [] if replicator is None and core.cfg.ack_policy == "explicit" else None
+        )
         taken = 0
         try:
             for r in range(first, stop):
@@ -156,7 +161,9 @@ class AckIntake:
                             if sseq >= core.sseq and sseq > st.delivered.stream_seq:
                                 continue  # not delivered yet: ignored, as by ``_ack``
                             taken += 1
-                            if replicator is None:
+                            if explicit is not None:
+                                explicit.append(sseq)
+                            elif replicator is None:
                                 done = core.apply_ack(sseq, int(parts[2]))
                                 if done and notify:
                                     for seq in done:
@@ -169,9 +176,13 @@ class AckIntake:
                             if reply is not None:
                                 replies.append(reply)
                             continue
+                if explicit:
+                    self._apply_explicit(explicit, notify)
                 for i in range(b0, b1):
                     self._on_ack(subject, reply, *split_body(lines[r], bodies[i]))
         finally:
+            if explicit:
+                self._apply_explicit(explicit, notify)
             if taken:
                 core.last_ack_ns = now
                 self.changed()
@@ -180,6 +191,13 @@ class AckIntake:
             if replies:
                 self._answer_acks(replies)
         return starts[stop] - starts[first]
+
+    def _apply_explicit(self, seqs: list[int], notify: bool) -> None:
+        done = self.core.apply_explicit_acks(seqs)
+        seqs.clear()
+        if notify:
+            for seq in done:
+                self.owner.consumer_ack(seq)
 
     def _answer_acks(self, replies: list[str]) -> None:
         """Answer acks sent as requests once the changes made so far are durable."""

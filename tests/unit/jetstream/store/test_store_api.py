@@ -6,7 +6,7 @@ state must survive it unchanged; for the memory store it is the same object.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -508,3 +508,55 @@ def test_delete_drops_everything(h: Harness) -> None:
     with pytest.raises(StoreClosed):
         s.load(1)
     h.store = None
+
+
+@dataclass(frozen=True)
+class _Plain:
+    subject: str
+    data: bytes
+    ts_ns: int
+
+
+def _blocks(s: BaseStore) -> list[tuple[int, ...]]:
+    if not isinstance(s, FileStore):
+        return []
+    return [(b.idx, b.size, b.first_msg, b.last_msg, b.max_ref, b.live, b.live_bytes)
+            for b in s._blocks.values()]
+
+
+def test_a_run_stores_what_storing_one_by_one_does(h: Harness, tmp_path: Path) -> None:
+    """store_run (a batch of publishes) writes the same messages, records and index as
+    store() for each: across block boundaries, after a gap, and after a restart."""
+    one_by_one = Harness(h.kind, tmp_path / "one-by-one")
+    try:
+        run = [_Plain(f"run.{i % 3}", b"d%d" % i * (i % 40), 1_000 + i) for i in range(150)]
+        a, b = h.open(), one_by_one.open()
+        for s in (a, b):
+            s.store("before", HDR, b"x", 1)
+            s.skip_msgs(2, 5)  # the run starts after a gap
+        assert a.store_run(run) == 7
+        for m in run:
+            b.store(m.subject, None, m.data, m.ts_ns)
+        assert a.store_run([]) == b.store("after", None, b"y", 9_000)[0] == 157
+        a.store("after", None, b"y", 9_000)
+        for _ in ("running", "restarted"):
+            assert a.state() == b.state()
+            assert a.subjects_state() == b.subjects_state()
+            assert b"".join(a.snapshot()) == b"".join(b.snapshot())
+            assert all(a.load(seq) == b.load(seq) for seq in range(1, 159))
+            assert _blocks(a) == _blocks(b)  # what compaction decides on
+            a, b = h.reopen(), one_by_one.reopen()
+    finally:
+        one_by_one.close()
+
+
+def test_a_run_is_refused_where_limits_remove_messages(h: Harness) -> None:
+    s = h.open(Limits(max_msgs=10))
+    assert s.prunes_on_store
+    with pytest.raises(StoreError):
+        s.store_run([_Plain("a", b"x", 1)])
+    assert s.state().msgs == 0
+    s.update_limits(Limits(max_age_ns=10**9))
+    assert not s.prunes_on_store  # age limits expire messages, they do not make room
+    with pytest.raises(StoreError, match="empty subject"):
+        s.store_run([_Plain("a", b"x", 1), _Plain("", b"y", 2)])

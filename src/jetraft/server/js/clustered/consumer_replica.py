@@ -228,8 +228,19 @@ class ConsumerReplica:
         done: list[int] = []
         freed = False
         core = self.core
+        # Runs of acks of an explicit-ack consumer (the acks of one client read) are applied
+        # together, with the state one by one would leave (``apply_explicit_acks``).
+        acks: list[int] | None = [] if core.cfg.ack_policy == "explicit" else None
         for e in decode_entries(entry.data):
             kind = type(e)
+            if acks is not None:
+                if kind is Acked:
+                    acks.append(e.sseq)
+                    continue
+                if acks:
+                    freed = True
+                    done += core.apply_explicit_acks(acks)
+                    acks.clear()
             if kind is Start:
                 if self.started:
                     continue  # only the first start counts (a second leader may race)
@@ -241,6 +252,9 @@ class ConsumerReplica:
             if kind is Acked or kind is Exhausted or kind is Dropped:
                 freed = True
             done += core.apply(e)
+        if acks:
+            freed = True
+            done += core.apply_explicit_acks(acks)
         if self.runtime is not None:
             self.runtime.applied(done, freed)
         return done

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import logging
 import random
@@ -28,6 +29,7 @@ from jetraft.jetstream.reconcile import StepKind, next_step
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.node import DurableStateMachine, RaftNode, StateMachine, Ticker
 from jetraft.raft.ready import RaftConfig, RaftError, Role, SoftState
+from jetraft.raft.spool import FileSpool, SnapshotSpool
 from jetraft.raft.wal import Recovered, Wal
 from jetraft.server.cluster.raftnet import RaftNet
 
@@ -182,6 +184,7 @@ class RaftGroup:
             proposal_timeout_s=PROPOSAL_TIMEOUT_S,
             on_removed=self._removed,
             on_error=self._failed,
+            snapshot_spool=self._spool_maker(),
         )
         self.node.subscribe(self._on_soft_state)
         self.host.raftnet.register(self.group, self.node)
@@ -189,6 +192,14 @@ class RaftGroup:
         if fresh and self.peers and self.peers[0] == self.host.server_name:
             # A new group's preferred leader (placed first) campaigns at once.
             self.node.campaign()
+
+    def _spool_maker(self) -> Callable[[], SnapshotSpool] | None:
+        """A state machine that keeps its state on disk (a file stream) can be far larger
+        than memory: a snapshot from the leader is collected in a spool file in the
+        group's directory. The others' snapshots live in memory anyway."""
+        if not isinstance(self.sm, DurableStateMachine):
+            return None
+        return functools.partial(FileSpool, str(self.dir))
 
     def _recover(self, wal: Wal, recovered: Recovered, *, known: bool,
                  empty: bool) -> Recovered:

@@ -179,8 +179,13 @@ class ReplicaKeeper:
         if js.account_named(sa.account) is None:
             log.error("stream %s > %s: account unknown here", sa.account, sa.name)
             return None
-        kind = FileStreamReplica if sa.first_config.storage == "file" else StreamReplica
-        replica = kind(js, sa, joining=joining)
+        replica: StreamReplica
+        if sa.first_config.storage == "file":
+            # Its store is recovered in a worker thread (it reads every block), not on
+            # the loop; the replica and its group exist only once it is open.
+            replica = await FileStreamReplica.open(js, sa, joining=joining)
+        else:
+            replica = StreamReplica(js, sa, joining=joining)
         js.streams[replica.key] = replica
         await replica.start(known=known)
         js.serve_direct(replica)

@@ -34,7 +34,9 @@ import asyncio
 import concurrent.futures
 import logging
 import os
+import struct
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -44,7 +46,8 @@ from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.store.types import StoreCorruption
 from jetraft.jetstream.stream import Stream
 from jetraft.jetstream.stream_config import StreamConfig
-from jetraft.raft.types import Entry
+from jetraft.raft.spool import FileSnapshotData, FileSpool
+from jetraft.raft.types import Entry, SnapshotBytes, read_at, whole
 from jetraft.server.js.clustered.stream_replica import (
     KEEP_MSGS,
     ReplicaHost,
@@ -108,9 +111,98 @@ def open_replica_store(directory: Path, name: str) -> FileStore:
         return FileStore(str(directory), checkpoints=True)
 
 
+# A file replica's snapshot, as sent to followers: SPOOL_MAGIC, the length (u32) of a
+# msgpack _Snapshot without chunks (config, dedupe window, TTLs, index), then the store's
+# records (FileStore.snapshot) up to the end. 0xc1 never starts msgpack: a snapshot of the
+# whole-in-memory form (StreamReplica.snapshot, sent by a leader of an earlier version)
+# is still read.
+SPOOL_MAGIC = b"\xc1JRFS1"
+_HEAD_LEN = struct.Struct("<I")
+READ_CHUNK = 1 << 20  # bytes of records read from the spool at a time during a restore
+
+
+def spool_snapshot(directory: Path, head: _Snapshot, records: Iterable[bytes]) -> FileSnapshotData:
+    """Write a snapshot to a spool file in ``directory``, chunk by chunk."""
+    blob = msgspec.msgpack.encode(head)
+    spool = FileSpool(str(directory))
+    try:
+        spool.append(SPOOL_MAGIC + _HEAD_LEN.pack(len(blob)))
+        spool.append(blob)
+        for chunk in records:
+            spool.append(chunk)
+        return spool.data()
+    except BaseException:
+        spool.close()
+        raise
+
+
+def read_snapshot(data: SnapshotBytes) -> tuple[_Snapshot, Iterable[bytes]]:
+    """A snapshot's state beside the store, and its records as an iterable of pieces;
+    StoreCorruption if its head is damaged (damaged records raise as they are read)."""
+    fixed = len(SPOOL_MAGIC) + _HEAD_LEN.size
+    start = read_at(data, 0, fixed)
+    try:
+        if not start.startswith(SPOOL_MAGIC[:1]):
+            snap = msgspec.msgpack.decode(whole(data), type=_Snapshot)
+            return snap, snap.chunks
+        if len(start) < fixed or not start.startswith(SPOOL_MAGIC):
+            raise StoreCorruption("<snapshot>", 0, "snapshot header truncated")
+        (n,) = _HEAD_LEN.unpack_from(start, len(SPOOL_MAGIC))
+        head = read_at(data, fixed, n)
+        if len(head) < n:
+            raise StoreCorruption("<snapshot>", fixed, "snapshot header truncated")
+        return msgspec.msgpack.decode(head, type=_Snapshot), _pieces(data, fixed + n)
+    except msgspec.DecodeError as exc:
+        raise StoreCorruption("<snapshot>", 0, f"snapshot header: {exc}") from None
+
+
+def _pieces(data: SnapshotBytes, offset: int) -> Iterator[bytes]:
+    size = len(data)
+    while offset < size:
+        piece = read_at(data, offset, READ_CHUNK)
+        if not piece:
+            return
+        yield piece
+        offset += len(piece)
+
+
+async def open_store_off_loop(directory: Path, name: str) -> FileStore:
+    """``open_replica_store`` in a worker thread: recovery reads every block of the
+    store, which for a large stream would hold the server's loop for seconds. If the
+    caller is cancelled meanwhile (the server stops), the store is released once open."""
+    fut = asyncio.get_running_loop().run_in_executor(None, open_replica_store, directory, name)
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(_abandon_opened)
+        raise
+
+
+def _abandon_opened(fut: asyncio.Future[FileStore]) -> None:
+    if not fut.cancelled() and fut.exception() is None:
+        fut.result().abandon()
+
+
 class FileStreamReplica(StreamReplica):
+    """Make one with ``await FileStreamReplica.open(...)``: its store is opened (recovered)
+    in a worker thread first, before the replica (and its RAFT group, which votes and
+    applies) exists. The constructor opens it on the calling thread when not given."""
+
+    def __init__(self, host: ReplicaHost, sa: StreamAssignment, *, joining: bool,
+                 store: FileStore | None = None) -> None:
+        self._opened = store
+        super().__init__(host, sa, joining=joining)
+
+    @classmethod
+    async def open(cls, host: ReplicaHost, sa: StreamAssignment, *,
+                   joining: bool) -> FileStreamReplica:
+        store = await open_store_off_loop(store_dir(host, sa), sa.name)
+        return cls(host, sa, joining=joining, store=store)
+
     def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
-        store = open_replica_store(store_dir(host, sa), sa.name)
+        store, self._opened = self._opened, None
+        if store is None:
+            store = open_replica_store(store_dir(host, sa), sa.name)
         self._sync: concurrent.futures.Future[None] | None = None
         self._sync_index = 0
         self._since_msgs = self._since_entries = 0
@@ -129,7 +221,7 @@ class FileStreamReplica(StreamReplica):
             return None  # held already: replayed after a restart
         result = super().apply(entry)
         self.applied_index = entry.index
-        self._since_msgs += len(result) if isinstance(result, list) else 1
+        self._since_msgs += self.last_msgs
         self._since_entries += 1
         if self._since_msgs >= self._ckpt_pace() or self._since_entries >= CKPT_ENTRIES:
             self._checkpoint()
@@ -189,16 +281,27 @@ class FileStreamReplica(StreamReplica):
             concurrent.futures.wait([fut])
             self._sync_finished(fut)
 
-    def restore(self, data: bytes) -> None:
+    def snapshot(self) -> SnapshotBytes:
+        """The stream's state for a follower, written to a spool file in the group's
+        directory (see ``spool_snapshot``), not built in memory."""
+        stream = self.stream
+        dedupe, last_msg_id, ttl = stream.beside_store()
+        node = self.group.node
+        index = node.driver.applied if node is not None else self.applied_index
+        head = _Snapshot(stream.config, stream.created_ns, [], dedupe, last_msg_id, ttl, index)
+        return spool_snapshot(self.group.dir, head, stream.store.snapshot())
+
+    def restore(self, data: SnapshotBytes) -> None:
         """Durable on return: the snapshot's records and its checkpoint replace the store's
-        content in one crash-safe step."""
-        snap = msgspec.msgpack.decode(data, type=_Snapshot)
+        content in one crash-safe step. The records are read from ``data`` (the group's
+        spool file) a piece at a time."""
+        snap, chunks = read_snapshot(data)
         self._wait_sync()
         store = self.stream.store
         assert isinstance(store, FileStore)
         state = msgspec.msgpack.encode(
             _Checkpoint(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl))
-        store.restore(snap.chunks, (snap.index, state))
+        store.restore(chunks, (snap.index, state))
         self.stream.reload(snap.config, snap.dedupe, snap.last_msg_id, snap.ttl)
         self.applied_index = self._durable = snap.index
         self._since_msgs = self._since_entries = 0

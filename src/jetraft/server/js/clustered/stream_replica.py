@@ -55,10 +55,11 @@ from jetraft.jetstream.stream import (
     encode_entry,
 )
 from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.protocol.client import PubBatch
 from jetraft.raft.driver import Outcome
 from jetraft.raft.node import Applied, NodeStopped
 from jetraft.raft.ready import NotLeader, ProposalDropped, RaftError, Role, SoftState
-from jetraft.raft.types import Entry
+from jetraft.raft.types import Entry, SnapshotBytes
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
@@ -136,6 +137,7 @@ class StreamReplica:
         # its own entries are applied without decoding them again.
         self._own: dict[int, tuple[bytes, LogEntry]] = {}
         self._msgs_applied = 0  # publishes applied, for pacing snapshots
+        self.last_msgs = 0  # publishes in the entry applied last
         self._entries_applied = 0
 
     def _make_stream(self, host: ReplicaHost, sa: StreamAssignment) -> Stream:
@@ -230,17 +232,20 @@ class StreamReplica:
         result: object
         self._entries_applied += 1
         if isinstance(e, StoreBatch):
-            results = self.stream.apply_batch(e)
-            for listener in self.apply_listeners:
+            # Only a leader answers publishers: a follower need not make the PubAcks.
+            listeners = self.apply_listeners
+            results = self.stream.apply_batch(e, answers=self._leading or bool(listeners))
+            for listener in listeners:
                 for m, r in zip(e.msgs, results, strict=True):
                     listener(m, r)
             result = results
-            self._msgs_applied += len(results)
+            self.last_msgs = len(e.msgs)
         else:
             result = one = self.stream.apply(e)
             for listener in self.apply_listeners:
                 listener(e, one)
-            self._msgs_applied += 1
+            self.last_msgs = 1
+        self._msgs_applied += self.last_msgs
         if self._msgs_applied >= SNAPSHOT_CHECK_EVERY:
             self._pace_snapshots()
         if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
@@ -262,7 +267,7 @@ class StreamReplica:
             # messages as before batching, not as many batches.
             node.driver.keep_entries = max(int(KEEP_MSGS / per_entry), 16)
 
-    def snapshot(self) -> bytes:
+    def snapshot(self) -> SnapshotBytes:
         chunks = list(self.stream.store.snapshot())
         stream = self.stream
         dedupe, last_msg_id, ttl = stream.beside_store()
@@ -315,7 +320,7 @@ class StreamReplica:
         for sub in list(self.client.subs.values()):
             self.client.unsubscribe(sub)
         for subject in self.stream.config.subjects:
-            self.client.subscribe(subject, self._on_publish)
+            self.client.subscribe(subject, self._on_publish, run_handler=self._on_publish_run)
 
     def assignment_changed(self, sa: StreamAssignment) -> None:
         subjects_changed = sa.config.subjects != self.sa.config.subjects
@@ -355,6 +360,32 @@ class StreamReplica:
         self._batch_bytes += len(data) + (len(hdr) if hdr else 0)
         if len(batch) >= MAX_BATCH_MSGS or self._batch_bytes >= MAX_BATCH_BYTES:
             self._propose_publishes()
+
+    def _on_publish_run(self, pubs: PubBatch, first: int, stop: int) -> int:
+        """``_on_publish`` for each publish of the runs ``first`` to ``stop`` of one read
+        (a client's, or a route's from a client elsewhere), in one call."""
+        lines, starts, bodies = pubs.lines, pubs.starts, pubs.bodies
+        if not self._leading:
+            return starts[stop] - starts[first]
+        clock = time.time_ns
+        batch = self._batch
+        for r in range(first, stop):
+            subject, reply, _total, hdr_len, _tail = lines[r]
+            reply = reply or ""
+            for i in range(starts[r], starts[r + 1]):
+                if not batch:
+                    asyncio.get_running_loop().call_soon(self._end_of_turn)
+                body = bodies[i]
+                if hdr_len < 0:
+                    batch.append(StoreMsg(subject, reply, None, body, clock()))
+                else:
+                    batch.append(StoreMsg(subject, reply, body[:hdr_len],
+                                          body[hdr_len:], clock()))
+                self._batch_bytes += len(body)
+                if len(batch) >= MAX_BATCH_MSGS or self._batch_bytes >= MAX_BATCH_BYTES:
+                    self._propose_publishes()
+                    batch = self._batch
+        return starts[stop] - starts[first]
 
     def _end_of_turn(self) -> None:
         if self._batch:
