@@ -348,6 +348,7 @@ class Stream:
         cfg = self.config
         store = self.store
         if (cfg.sealed or cfg.retention == "interest" or cfg.discard == "new"
+                or self._itr is not None or self._rtr is not None
                 or self.last_msg_id or store.prunes_on_store
                 or store.last_seq + len(msgs) >= MAX_SEQ):
             return False

@@ -193,3 +193,13 @@ def test_config_update_switches_transform() -> None:
     pub(stream, "a.z")
     assert stored(stream) == ["a.x", "z.y", "a.z"]
     assert [s for s, _, _ in out] == ["c.y"]
+
+
+def test_batches_are_transformed_and_republished_like_single_entries() -> None:
+    stream, out = make(subjects=["a.*"], subject_transform={"src": "a.*", "dest": "t.$1"},
+                       republish={"src": "t.*", "dest": "r.$1"})
+    acks = stream.apply_batch(StoreBatch([StoreMsg(f"a.{i}", "", None, b"x", T0 + i)
+                                          for i in range(4)]))
+    assert [a.seq for a in acks] == [1, 2, 3, 4]
+    assert stored(stream) == ["t.0", "t.1", "t.2", "t.3"]
+    assert [s for s, _, _ in out] == ["r.0", "r.1", "r.2", "r.3"]
