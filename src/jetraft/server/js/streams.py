@@ -111,6 +111,7 @@ class StreamRuntime:
         self._expiry_scheduled = False
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.expiry = ExpiryTimer(lambda: self._stream, self._expire)
+        self._republished: list[tuple[str, bytes, bytes]] = []
 
     # --- identity ----------------------------------------------------------------------------
 
@@ -171,6 +172,7 @@ class StreamRuntime:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.stream.republisher = self._republish
         self.subscribe()
         self.consumers.restore()
         self._arm_expiry()
@@ -182,8 +184,24 @@ class StreamRuntime:
         for subject in self.stream.config.subjects:
             self.client.subscribe(subject, self._on_publish, run_handler=self._on_publish_run)
 
+    def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
+        """Copies leave after the current turn, in order: a copy that lands in another
+        stream is then stored from the loop, never from inside this stream's apply (two
+        streams republishing into each other would otherwise recurse)."""
+        queue = self._republished
+        if not queue:
+            self.loop.call_soon(self._send_republished)
+        queue.append((subject, hdr, data))
+
+    def _send_republished(self) -> None:
+        queue, self._republished = self._republished, []
+        publish = self.client.publish
+        for subject, hdr, data in queue:
+            publish(subject, data, None, hdr)
+
     def _stop_intake(self) -> None:
         self.closed = True
+        self.stream.republisher = None
         self.client.close()
         self.expiry.cancel()
         if self._lazy_timer is not None:
