@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from jetraft.config.build_auth import UserRegistry, build_accounts, build_authorization
+from jetraft.config.build_mappings import build_mappings
 from jetraft.config.build_operator import OperatorNodes, build_operator
 from jetraft.config.build_sections import build_cluster, build_jetstream, build_tls
 from jetraft.config.errors import ConfigError, Pos
@@ -46,7 +47,7 @@ from jetraft.config.values import (
 _INT32_MAX = 2**31 - 1
 # Ignored with a warning: ignoring them never gives less protection than asked for.
 _UNSUPPORTED_TOP = {
-    "mappings", "maps", "syslog", "remote_syslog", "ports_file_dir", "prof_port",
+    "syslog", "remote_syslog", "ports_file_dir", "prof_port",
     "prof_block_rate", "allow_non_tls", "write_timeout", "logfile_size_limit",
     "log_size_limit", "logfile_max_num", "log_max_num", "max_traced_msg_len",
     "connect_error_reports", "reconnect_error_reports", "disable_sublist_cache",
@@ -193,6 +194,8 @@ class _Builder:
                 f["trace"] = True
         elif k == "accounts":
             f["accounts"] = build_accounts(node, self.ctx, self.registry)
+        elif k in ("mappings", "maps"):
+            f["mappings"] = build_mappings(node, key)
         elif k == "authorization":
             f["authorization"], _ = build_authorization(node, key, self.ctx, self.registry)
         elif k == "tls":

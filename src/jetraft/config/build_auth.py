@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from jetraft.config.build_mappings import build_mappings
 from jetraft.config.errors import ConfigError, Pos
 from jetraft.config.model import (
     DEFAULT_RESPONSE_EXPIRES_NS,
@@ -20,6 +21,7 @@ from jetraft.config.model import (
     AuthorizationConfig,
     Permissions,
     ResponsePermission,
+    SubjectMapping,
     SubjectPermission,
     UserConfig,
 )
@@ -52,7 +54,7 @@ _AUTH_REFUSED = {
 _ACCOUNT_REFUSED = {
     "imports": "account imports", "exports": "account exports", "limits": "account limits",
 }
-_ACCOUNT_UNSUPPORTED = {"nkey", "mappings", "maps", "msg_trace", "trace_dest"}
+_ACCOUNT_UNSUPPORTED = {"nkey", "msg_trace", "trace_dest"}
 # nats-server's connection types; jetraft serves only STANDARD (plain NATS clients).
 CONNECTION_TYPES = frozenset(
     {"STANDARD", "WEBSOCKET", "LEAFNODE", "LEAFNODE_WS", "MQTT", "MQTT_WS", "IN_PROCESS"}
@@ -288,9 +290,12 @@ def _account(
     users: tuple[UserConfig, ...] = ()
     jetstream: AccountJetStreamConfig | None = None
     defaults: Permissions | None = None
+    mappings: tuple[SubjectMapping, ...] = ()
     for key, child in members.items():
         k = key.lower()
-        if k == "users":
+        if k in ("mappings", "maps"):
+            mappings = build_mappings(child, f"accounts.{name}.{key}")
+        elif k == "users":
             users = build_users(child, f"accounts.{name}.users", ctx, name, registry)
         elif k == "jetstream":
             jetstream = _account_jetstream(child, f"accounts.{name}.jetstream", ctx)
@@ -302,7 +307,7 @@ def _account(
             ctx.unsupported(key, child)
         else:
             ctx.unknown(key, child, f"account {name!r}")
-    return AccountConfig(name, _with_defaults(users, defaults), jetstream, defaults)
+    return AccountConfig(name, _with_defaults(users, defaults), jetstream, defaults, mappings)
 
 
 _ACCOUNT_JS_SIZES = {

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from jetraft.config.errors import ConfigError, Pos
+
 NS_PER_S = 1_000_000_000
 DEFAULT_PORT = 4222
 DEFAULT_CLUSTER_PORT = 6222
@@ -130,6 +132,36 @@ class AccountConfig:
     users: tuple[UserConfig, ...] = ()
     jetstream: AccountJetStreamConfig | None = None
     default_permissions: Permissions | None = None
+    mappings: tuple[SubjectMapping, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class MappingDestination:
+    """One destination of a subject mapping: subject, weight in percent, cluster scope."""
+
+    subject: str
+    weight: int = 100
+    cluster: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SubjectMapping:
+    """``mappings { src: dest }`` or ``src: [{destination, weight, cluster}]``; ``single``
+    for the plain string form (nats-server words its errors differently)."""
+
+    src: str
+    destinations: tuple[MappingDestination, ...]
+    pos: Pos | None = field(default=None, compare=False)
+    single: bool = False
+
+    def error(self, reason: str) -> ConfigError:
+        """nats-server's text for a mapping it cannot add, at the mapping's place."""
+        if self.single:
+            dest = self.destinations[0].subject
+            text = f'Error adding mapping for "{self.src}" to "{dest}" : {reason}'
+        else:
+            text = f'Error adding mapping for "{self.src}" : {reason}'
+        return ConfigError(text, self.pos)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +298,7 @@ class ServerConfig:
     no_system_account: bool = False
     authorization: AuthorizationConfig | None = None
     accounts: tuple[AccountConfig, ...] = ()
+    mappings: tuple[SubjectMapping, ...] = ()  # of the global account
     tls: TLSConfig | None = None
     jetstream: JetStreamConfig | None = None
     cluster: ClusterConfig | None = None

@@ -28,6 +28,7 @@ state is updated; they must not re-enter ``apply`` synchronously except through
 from __future__ import annotations
 
 import heapq
+import random
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -53,9 +54,11 @@ from jetraft.jetstream.entries import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
+from jetraft.jetstream.models import format_time
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
-from jetraft.protocol.subjects import subject_matches
+from jetraft.protocol.subjects import is_valid_subject, subject_matches
+from jetraft.protocol.transform import SubjectTransform as Transform
 
 NS_PER_S = 1_000_000_000
 MAX_HEADER_LEN = 65535
@@ -256,6 +259,16 @@ class Stream:
         # (expires_at_ns, seq) of messages with a Nats-TTL.
         self._ttl_heap: list[tuple[int, int]] = []
         self.store.update_limits(limits_of(config))
+        # Where stored messages are copied to: set by the runtime on the one server that
+        # publishes them (the stream leader); (subject, headers, body).
+        self.republisher: Callable[[str, bytes, bytes], None] | None = None
+        self._itr: Transform | None = None  # subject_transform
+        self._rtr: Transform | None = None  # republish
+        self._compile_transforms()
+
+    def _compile_transforms(self) -> None:
+        self._itr = self.config.input_transform()
+        self._rtr = self.config.republish_transform()
 
     @property
     def name(self) -> str:
@@ -323,9 +336,28 @@ class Stream:
     def _nack(self, e: StoreMsg, err: ApiError) -> PubAck:
         return PubAck(e.reply, self.name, 0, False, err, self.domain)
 
+    def _transformed(self, e: StoreMsg, itr: Transform) -> StoreMsg:
+        """The publish with the stream's subject transform applied (a subject that does not
+        match its source is kept). Every replica gets the same answer: the transform comes
+        from the config in force at this entry, and ``random()`` draws from a generator
+        seeded with the entry's time."""
+        rng = random.Random(e.ts_ns) if itr.uses_random else None
+        subject = itr.match(e.subject, rng)
+        if subject is None or subject == e.subject:
+            return e
+        return StoreMsg(subject, e.reply, e.hdr, e.data, e.ts_ns)
+
     def _apply_msg(self, e: StoreMsg) -> PubAck:
         cfg = self.config
-        if e.hdr or cfg.sealed or cfg.retention == "interest" or cfg.discard == "new":
+        if self._itr is not None:
+            e = self._transformed(e, self._itr)
+        if (
+            e.hdr
+            or cfg.sealed
+            or cfg.retention == "interest"
+            or cfg.discard == "new"
+            or self._rtr is not None
+        ):
             return self._apply_msg_checked(e)
         # The common case, one call per published message: no headers (so no dedupe, no
         # expectations, no rollup, no TTL), limits retention, discard old. The same
@@ -358,7 +390,13 @@ class Stream:
         """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
         check to a message carrying only a Nats-Msg-Id."""
         cfg = self.config
-        return not cfg.sealed and cfg.retention == "limits" and cfg.discard != "new"
+        return (
+            not cfg.sealed
+            and cfg.retention == "limits"
+            and cfg.discard != "new"
+            and self._itr is None
+            and self._rtr is None
+        )
 
     def store_with_id(
         self, subject: str, hdr: bytes, data: bytes, msg_id: str, ts_ns: int
@@ -446,6 +484,8 @@ class Stream:
                 if refusal == ERR_MAX_MSG_SIZE:
                     return self._nack(e, E.message_exceeds_maximum())
                 return self._nack(e, E.store_failed(refusal))
+        republish = self._republish_subject(e.subject)
+        prev = self.store.last_seq_for_subject(e.subject) if republish else 0
         seq, removed = self.store.store(e.subject, hdr, e.data, e.ts_ns)
         if msg_id or self.last_msg_id:
             self._remember(msg_id, seq, e.ts_ns)
@@ -456,7 +496,36 @@ class Stream:
         elif rollup == "all":
             self._purge_quietly("", keep=1)
         self._stored(seq, e.subject, removed)
+        if republish:
+            self._republish(republish, e, hdr, seq, prev)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def _republish_subject(self, subject: str) -> str:
+        """Where a message stored on ``subject`` is republished ('' for nowhere: no
+        republish, not the publishing server, no match, or an invalid result)."""
+        rtr = self._rtr
+        if rtr is None or self.republisher is None:
+            return ""
+        out = rtr.match(subject)
+        return out if out is not None and is_valid_subject(out) else ""
+
+    def _republish(self, to: str, e: StoreMsg, hdr: bytes | None, seq: int, prev: int) -> None:
+        """Hand the copy of a stored message to the republisher: its headers plus the
+        stream, subject, sequence, time and the previous sequence on that subject (and the
+        body's size instead of the body with ``headers_only``)."""
+        rp = self.config.republish
+        publish = self.republisher
+        if rp is None or publish is None:
+            return
+        lines = (
+            f"Nats-Stream: {self.name}\r\nNats-Subject: {e.subject}\r\n"
+            f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {format_time(e.ts_ns)}\r\n"
+            f"Nats-Last-Sequence: {prev}\r\n"
+        )
+        if rp.headers_only:
+            lines += f"Nats-Msg-Size: {len(e.data)}\r\n"
+        head = hdr[:-2] if hdr else b"NATS/1.0\r\n"
+        publish(to, head + lines.encode() + b"\r\n", b"" if rp.headers_only else e.data)
 
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
         """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
@@ -552,6 +621,7 @@ class Stream:
     def _apply_config(self, cfg: StreamConfig) -> OpResult:
         old = self.config
         self.config = cfg
+        self._compile_transforms()
         self._prune_due = -1  # the window may have changed
         removed = self.store.update_limits(limits_of(cfg))
         if removed:
@@ -700,6 +770,7 @@ class Stream:
         """The store's content was replaced by a snapshot's: take the snapshot's config and
         the state it kept beside the store (see ``beside_store``)."""
         self.config = config
+        self._compile_transforms()
         self.store.update_limits(limits_of(config))
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
         self._prune_due = -1

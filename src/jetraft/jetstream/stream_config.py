@@ -3,9 +3,9 @@ with nats-server's error codes and texts, and encoding it back.
 
 Unknown request fields are refused with 10025 (``json: unknown field "x"``): nats-server runs in
 strict mode by default since 2.11, and clients are written against it. Every field nats-server
-knows is accepted by the decoder; features jetraft does not implement (mirrors, sources,
-subject transforms, republish, counters, atomic/batched publish, schedules) are refused with a
-clear 10052 instead of being silently ignored.
+knows is accepted by the decoder; features jetraft does not implement (mirrors, sources, counters,
+atomic/batched publish, schedules) are refused with a clear 10052 instead of being silently
+ignored.
 
 The normalised config is what the stream runs with, what is persisted, and what is echoed back
 (with ``-1`` for unlimited and the defaults filled in, which nats-py's tests compare).
@@ -27,6 +27,8 @@ from jetraft.jetstream.errors import (
 )
 from jetraft.jetstream.models import go_json_error
 from jetraft.protocol.subjects import filters_overlap, is_subset, is_valid_filter
+from jetraft.protocol.transform import SubjectTransform as Transform
+from jetraft.protocol.transform import TransformError, validate_mapping
 
 NS_PER_MS = 1_000_000
 DEFAULT_DUPLICATE_WINDOW_NS = 120 * 1_000_000_000
@@ -51,7 +53,7 @@ class Placement(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     preferred: str = ""
 
 
-class SubjectTransform(msgspec.Struct, forbid_unknown_fields=True):
+class SubjectTransform(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     src: str = ""
     dest: str = ""
 
@@ -76,7 +78,7 @@ class StreamSource(msgspec.Struct, forbid_unknown_fields=True):
     consumer: ConsumerSource | None = None
 
 
-class RePublish(msgspec.Struct, forbid_unknown_fields=True):
+class RePublish(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
     src: str = ""
     dest: str = ""
     headers_only: bool = False
@@ -192,6 +194,8 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     placement: Placement | None = None
     compression: str = "none"
     first_seq: int = 0
+    subject_transform: SubjectTransform | None = None
+    republish: RePublish | None = None
     allow_direct: bool = False
     mirror_direct: bool = False
     discard_new_per_subject: bool = False
@@ -208,6 +212,16 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def discard_new(self) -> bool:
         return self.discard == "new"
+
+    def input_transform(self) -> Transform | None:
+        """The compiled ``subject_transform`` (validated by ``normalise``)."""
+        st = self.subject_transform
+        return None if st is None else Transform.create(st.src, st.dest)
+
+    def republish_transform(self) -> Transform | None:
+        """The compiled ``republish`` source -> destination (validated by ``normalise``)."""
+        rp = self.republish
+        return None if rp is None else Transform.create(rp.src or ">", rp.dest)
 
 
 def _bad_enum(value: str) -> ApiError:
@@ -231,8 +245,6 @@ def _check_unsupported(req: StreamConfigRequest) -> None:
     unsupported = (
         (req.mirror is not None, "stream mirrors"),
         (bool(req.sources), "stream sources"),
-        (req.subject_transform is not None, "subject transforms"),
-        (req.republish is not None, "republish"),
         (req.allow_msg_counter, "message counters"),
         (req.allow_atomic, "atomic publish"),
         (req.allow_batched, "batch publish"),
@@ -328,6 +340,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
     if persist_mode == "async" and replicas > 1:
         raise stream_invalid_config("async persist mode is not supported on replicated streams")
     subjects = _check_subjects(req)
+    transform = _check_transform(req.subject_transform)
+    republish = _check_republish(req.republish, transform, subjects, ped)
     placement = req.placement
     if placement is not None and placement == Placement():
         placement = None
@@ -357,6 +371,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         placement=placement,
         compression=req.compression,
         first_seq=req.first_seq,
+        subject_transform=transform,
+        republish=republish,
         allow_direct=req.allow_direct,
         mirror_direct=req.mirror_direct,
         discard_new_per_subject=req.discard_new_per_subject,
@@ -419,6 +435,57 @@ def _check_subjects(req: StreamConfigRequest) -> tuple[str, ...]:
                 raise stream_invalid_config(f'subject "{subj}" overlaps with "{other}"')
         seen.add(subj)
     return tuple(subjects)
+
+
+def _check_transform(st: SubjectTransform | None) -> SubjectTransform | None:
+    """nats-server's checks of ``subject_transform``: a valid source filter (empty: all),
+    then the mapping rules of the destination."""
+    if st is None:
+        return None
+    if st.src and not is_valid_filter(st.src):
+        raise api_error(10155, err=f"invalid subject {st.src}")
+    try:
+        validate_mapping(st.src, st.dest)
+    except TransformError as exc:
+        raise api_error(10156, err=str(exc)) from None
+    return st
+
+
+def _check_republish(
+    rp: RePublish | None,
+    transform: SubjectTransform | None,
+    subjects: tuple[str, ...],
+    pedantic: bool,
+) -> RePublish | None:
+    """An empty source means every subject; '>' to '>' on a stream whose only subject is
+    its transform's source republishes the transformed subjects (nats-server's implicit
+    republish); a destination that a stream subject would capture forms a cycle."""
+    if rp is None:
+        return None
+    src, dest = rp.src, rp.dest
+    if not src:
+        if pedantic:
+            raise api_error(10157, err="republish source can not be empty")
+        src = ">"
+    if (
+        src == ">"
+        and dest == ">"
+        and transform is not None
+        and len(subjects) == 1
+        and transform.src == subjects[0]
+    ):
+        if pedantic:
+            raise api_error(10157, err="implicit republish based on subject transform")
+        src = dest = transform.dest
+    if any(filters_overlap(dest, subj) for subj in subjects if dest):
+        raise stream_invalid_config("stream configuration for republish destination forms a cycle")
+    try:
+        Transform.create(src, dest)
+    except TransformError:
+        raise stream_invalid_config(
+            f"stream configuration for republish with transform from '{src}' to '{dest}' not valid"
+        ) from None
+    return RePublish(src, dest, rp.headers_only)
 
 
 def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
@@ -484,6 +551,14 @@ def to_wire(cfg: StreamConfig) -> dict[str, Any]:
     out["compression"] = cfg.compression
     if cfg.first_seq:
         out["first_seq"] = cfg.first_seq
+    if cfg.subject_transform is not None:
+        st = cfg.subject_transform
+        out["subject_transform"] = {"src": st.src, "dest": st.dest}
+    if cfg.republish is not None:
+        rp = cfg.republish
+        out["republish"] = {"src": rp.src, "dest": rp.dest} if rp.src else {"dest": rp.dest}
+        if rp.headers_only:
+            out["republish"]["headers_only"] = True
     out["allow_direct"] = cfg.allow_direct
     out["mirror_direct"] = cfg.mirror_direct
     if cfg.discard_new_per_subject:

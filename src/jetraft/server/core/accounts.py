@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from jetraft.protocol.client import PubBatch
+from jetraft.protocol.mapping import SubjectMapper
 from jetraft.server.core.sublist import SubList
 
 GLOBAL_ACCOUNT = "$G"
@@ -90,3 +91,5 @@ class Account:
     sublist: SubList[Subscription] = field(default_factory=SubList)
     stats: AccountStats = field(default_factory=AccountStats)
     num_connections: int = 0
+    # Subject mappings applied to what the account's clients publish (None: none).
+    mapper: SubjectMapper | None = None

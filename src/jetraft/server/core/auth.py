@@ -26,6 +26,7 @@ from jetraft.server.core.identity import (
     check_signature,
     perms_from_config,
 )
+from jetraft.server.core.mappings import build_mapper
 from jetraft.server.core.tls import map_certificate
 
 __all__ = ["Authenticator", "ConnectInfo", "Permissions", "SubjectRule", "User"]
@@ -68,8 +69,12 @@ class Authenticator:
         self.token = ""
         self._verified: set[bytes] = set()
         self._clock = clock
+        cluster = cfg.cluster.name if cfg.cluster is not None else ""
+        self.accounts[GLOBAL_ACCOUNT].mapper = build_mapper(cfg.mappings, cluster)
         for acc_cfg in cfg.accounts:
             acc = self.accounts.setdefault(acc_cfg.name, Account(acc_cfg.name))
+            if acc_cfg.mappings:
+                acc.mapper = build_mapper(acc_cfg.mappings, cluster)
             for u in acc_cfg.users:
                 self._add_user(u, acc)
         auth = cfg.authorization

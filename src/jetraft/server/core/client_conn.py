@@ -325,6 +325,7 @@ class ClientConnection(asyncio.Protocol):
             and not self.pedantic
             and not self.verbose
             and self._max_payload_user < 0
+            and self.account.mapper is None
         )
         if self._auth_timer is not None:
             self._auth_timer.cancel()
@@ -373,6 +374,14 @@ class ClientConnection(asyncio.Protocol):
         if self.pedantic and not is_valid_subject(subject):
             self.send_err("Invalid Publish Subject")
             return
+        mapper = self.account.mapper
+        if mapper is not None:
+            # Mapped before the permission check, as nats-server (it checks the result).
+            mapped = mapper.map(subject)
+            if mapped is not None:
+                if not mapped:
+                    return  # the weights left this draw without a destination: dropped
+                subject = mapped
         perms = self.perms
         if (
             perms is not None

@@ -171,6 +171,7 @@ class StreamRuntime:
     # --- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
+        self.stream.republisher = self._republish
         self.subscribe()
         self.consumers.restore()
         self._arm_expiry()
@@ -182,8 +183,12 @@ class StreamRuntime:
         for subject in self.stream.config.subjects:
             self.client.subscribe(subject, self._on_publish, run_handler=self._on_publish_run)
 
+    def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
+        self.client.publish(subject, data, None, hdr)
+
     def _stop_intake(self) -> None:
         self.closed = True
+        self.stream.republisher = None
         self.client.close()
         self.expiry.cancel()
         if self._lazy_timer is not None:

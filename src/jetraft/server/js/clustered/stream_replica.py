@@ -288,6 +288,8 @@ class StreamReplica:
             log.info("JetStream cluster new stream leader for '%s > %s' (term %d)",
                      self.sa.account, self.name, ss.term)
             self._leading = True
+            # Only the leader republishes, what it applies from now on (nats-server's rule).
+            self.stream.republisher = self._republish
             self._subscribe()
             self.expiry.arm()
             self.reconcile()
@@ -296,8 +298,12 @@ class StreamReplica:
             self._lose_leadership()
         self.host.stream_leader_changed(self)
 
+    def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
+        self.client.publish(subject, data, None, hdr)
+
     def _lose_leadership(self) -> None:
         self._leading = False
+        self.stream.republisher = None
         self._batch = []  # not proposed: their publishers hear nothing and retry
         self._batch_bytes = 0
         self._own.clear()
