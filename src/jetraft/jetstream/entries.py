@@ -22,6 +22,8 @@ class StoreMsg(msgspec.Struct, frozen=True, tag="msg", array_like=True):
     hdr: bytes | None
     data: bytes
     ts_ns: int
+    # A mirror stores at the origin's sequence (a gap before it is skipped); 0 = next.
+    seq: int = 0
 
 
 class Purge(msgspec.Struct, frozen=True, tag="purge", array_like=True):

@@ -31,7 +31,7 @@ import heapq
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,6 +54,7 @@ from jetraft.jetstream.entries import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
+from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
@@ -265,6 +266,7 @@ class Stream:
         self._itr: Transform | None = None  # subject_transform
         self._rtr: Transform | None = None  # republish
         self._compile_transforms()
+        self.source_positions = SourcePositions()
 
     def _compile_transforms(self) -> None:
         self._itr = self.config.input_transform()
@@ -349,6 +351,8 @@ class Stream:
 
     def _apply_msg(self, e: StoreMsg) -> PubAck:
         cfg = self.config
+        if cfg.sources or cfg.mirror is not None:
+            return self._apply_sourced(e)
         if self._itr is not None:
             e = self._transformed(e, self._itr)
         if (
@@ -375,6 +379,45 @@ class Stream:
             self._remember("", seq, e.ts_ns)
         self._stored(seq, subject, removed)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def stored_headers_newest_first(self) -> Iterator[bytes | None]:
+        store = self.store
+        msg = store.load_last()
+        while msg is not None:
+            yield msg.hdr
+            msg = store.load_prev(msg.seq - 1) if msg.seq > 1 else None
+
+    def _apply_sourced(self, e: StoreMsg) -> PubAck:
+        """A message of a mirror or of a sourcing stream: one the stream holds already (a
+        leader change or a restart read it again) is answered as a duplicate, not stored."""
+        if self.config.mirror is not None:
+            return self._apply_mirrored(e)
+        pos = source_position(e.hdr)
+        sp = self.source_positions
+        if pos is not None and sp.is_duplicate(
+            self.config, pos, self.stored_headers_newest_first
+        ):
+            return PubAck(e.reply, self.name, self.last_seq, True, None, self.domain)
+        if self._itr is not None:
+            e = self._transformed(e, self._itr)
+        ack = self._apply_msg_checked(e)
+        if pos is not None and ack.error is None:
+            sp.advance(pos)
+        return ack
+
+    def _apply_mirrored(self, e: StoreMsg) -> PubAck:
+        """A mirror stores at the origin's sequence: below or at its last one is a message it
+        holds; a gap before it is skipped, so the sequences stay the origin's."""
+        store = self.store
+        last = store.last_seq
+        seq = e.seq or last + 1
+        if seq <= last:
+            return PubAck(e.reply, self.name, seq, True, None, self.domain)
+        if seq > last + 1:
+            store.skip_msgs(last + 1, seq - last - 1)
+        stored, removed = store.store(e.subject, e.hdr or None, e.data, e.ts_ns)
+        self._stored(stored, e.subject, removed)
+        return PubAck(e.reply, self.name, stored, False, None, self.domain)
 
     def _stored(self, seq: int, subject: str, removed: list[int]) -> None:
         """A message is stored at `seq`: tell what the limits removed to make room, then
@@ -623,6 +666,8 @@ class Stream:
         self.config = cfg
         self._compile_transforms()
         self._prune_due = -1  # the window may have changed
+        if cfg.sources != old.sources:
+            self.source_positions.reset()
         removed = self.store.update_limits(limits_of(cfg))
         if removed:
             self._tell_removed(removed)

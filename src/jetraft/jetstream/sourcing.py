@@ -1,0 +1,207 @@
+"""Sourcing and mirroring, the deterministic part: what each source reads, the
+``Nats-Stream-Source`` header nats-server writes on a sourced message (and reads back to
+know where it stopped), and how an origin message becomes a message of this stream.
+
+No I/O here: the asyncio edge (``jetraft.server.js.sourcing``) fetches origin messages
+and proposes what ``sourced_msg`` / ``mirrored_msg`` return; the stream state machine uses
+``parse_source_header`` to drop a message it already holds, so that a leader change or a
+restart never stores one twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from jetraft.jetstream.entries import StoreMsg
+from jetraft.jetstream.source_config import iname as source_iname
+from jetraft.jetstream.stream_config import StreamConfig, StreamSource
+from jetraft.protocol.headers import HeaderError, encode_headers, parse_headers
+from jetraft.protocol.subjects import subject_matches
+from jetraft.protocol.transform import SubjectTransform as Transform
+
+SOURCE_HEADER = "Nats-Stream-Source"
+_B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+# Headers a sourced copy does not carry over: an older source header (daisy chains), the
+# publisher's expectations (they held for the origin, not for this stream), batch markers.
+_DROP_PREFIXES = ("nats-expected-", "nats-batch-")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceSpec:
+    """One source (or the mirror) of a stream, ready to run."""
+
+    iname: str
+    origin: str
+    filters: tuple[str, ...]  # () = every subject
+    transforms: tuple[Transform, ...]
+    opt_start_seq: int
+    opt_start_time: str | None
+    mirror: bool = False
+
+    def matches(self, subject: str) -> bool:
+        return not self.filters or any(subject_matches(f, subject) for f in self.filters)
+
+    def fetch_filter(self) -> str:
+        """The one filter the origin can apply for us ('' = take all, filter here)."""
+        return self.filters[0] if len(self.filters) == 1 else ""
+
+    def subject_for(self, subject: str) -> str:
+        for tr in self.transforms:
+            out = tr.match(subject, None)
+            if out is not None:
+                return out
+        return subject
+
+
+def _spec(src: StreamSource, mirror: bool) -> SourceSpec:
+    trs = src.subject_transforms or []
+    filters = tuple(t.src or ">" for t in trs) if trs else (
+        (src.filter_subject,) if src.filter_subject else ()
+    )
+    if filters == (">",):
+        filters = ()
+    transforms = tuple(
+        Transform.create(t.src or ">", t.dest or ">") for t in trs if t.dest and t.dest != t.src
+    )
+    return SourceSpec(
+        iname=source_iname(src),
+        origin=src.name,
+        filters=filters,
+        transforms=transforms,
+        opt_start_seq=src.opt_start_seq,
+        opt_start_time=src.opt_start_time,
+        mirror=mirror,
+    )
+
+
+def source_specs(cfg: StreamConfig) -> list[SourceSpec]:
+    if cfg.mirror is not None:
+        return [_spec(cfg.mirror, True)]
+    return [_spec(src, False) for src in cfg.sources]
+
+
+def stream_ident(created: str) -> str:
+    """nats-server's identity of a stream: an 8-character base62 hash of its creation time
+    (RFC 3339, nanoseconds); it tells a recreated origin from the one sourced before."""
+    digest = hashlib.sha256(created.encode()).digest()
+    return "".join(_B62[b % 62] for b in digest[:8])
+
+
+def build_source_header(iname: str, seq: int, subject: str, ident: str) -> str:
+    """``<origin> <seq> <filter> <dest> <original subject> [<ident>]``, as nats-server 2.10+."""
+    name, filt, dest = iname.split(" ", 2)
+    value = f"{name} {seq} {filt} {dest} {subject}"
+    return f"{value} {ident}" if ident else value
+
+
+def parse_source_header(value: str) -> tuple[str, int] | None:
+    """(index name, origin sequence) of a Nats-Stream-Source value, None when malformed."""
+    fields = value.split(" ")
+    if len(fields) < 4:
+        return None
+    try:
+        seq = int(fields[1])
+    except ValueError:
+        return None
+    return f"{fields[0]} {fields[2]} {fields[3]}", seq
+
+
+def source_position(hdr: bytes | None) -> tuple[str, int] | None:
+    """The (index name, origin sequence) a stored message was sourced from, if any."""
+    if not hdr or b"Nats-Stream-Source" not in hdr:
+        return None
+    try:
+        value = parse_headers(hdr).get(SOURCE_HEADER)
+    except HeaderError:
+        return None
+    return None if value is None else parse_source_header(value)
+
+
+def sourced_msg(
+    spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, ts_ns: int,
+    ident: str,
+) -> StoreMsg:
+    """The copy of origin message ``seq`` this stream stores (its own sequence, new time)."""
+    items: list[tuple[str, str]] = []
+    if hdr:
+        try:
+            items = [
+                (k, v) for k, v in parse_headers(hdr).items
+                if k.lower() != "nats-stream-source" and not k.lower().startswith(_DROP_PREFIXES)
+            ]
+        except HeaderError:
+            items = []
+    items.append((SOURCE_HEADER, build_source_header(spec.iname, seq, subject, ident)))
+    return StoreMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns)
+
+
+def mirrored_msg(
+    spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, origin_ts_ns: int
+) -> StoreMsg:
+    """A mirror keeps the origin's sequence, time, subject (unless transformed), headers."""
+    return StoreMsg(spec.subject_for(subject), "", hdr or None, data, origin_ts_ns, seq)
+
+
+def recover_positions(
+    inames: Iterable[str], newest_first: Iterable[bytes | None], limit: int = 1_000_000
+) -> dict[str, int]:
+    """The last origin sequence stored per source, from the stream's messages read newest
+    first (their header blocks); stops once every source is found or after ``limit``."""
+    wanted = set(inames)
+    found: dict[str, int] = {}
+    for n, hdr in enumerate(newest_first):
+        if n >= limit or not wanted:
+            break
+        pos = source_position(hdr)
+        if pos is not None and pos[0] in wanted:
+            found[pos[0]] = pos[1]
+            wanted.discard(pos[0])
+    return found
+
+
+def first_seq_to_read(
+    spec: SourceSpec, stored: int | None, seq_for_time: Callable[[int], int] | None = None,
+    parse_time: Callable[[str], int] | None = None,
+) -> int:
+    """Where reading the origin starts: after what is stored, else the configured start
+    (opt_start_seq, the first message at or after opt_start_time), else the beginning.
+    ``seq_for_time`` is None when the origin is remote: the reader then asks by time."""
+    if stored is not None:
+        return stored + 1
+    if spec.opt_start_seq > 0:
+        return spec.opt_start_seq
+    if spec.opt_start_time is not None and seq_for_time is not None and parse_time:
+        return max(1, seq_for_time(parse_time(spec.opt_start_time)))
+    return 1
+
+
+class SourcePositions:
+    """Per source, the last origin sequence this stream holds: read back from the stored
+    headers the first time it is needed (after a start, a restore or a purge), then kept
+    as messages are applied. Every replica holds the same, as it is derived from applied
+    entries only; the state machine drops a sourced message at or below it."""
+
+    def __init__(self) -> None:
+        self._pos: dict[str, int] | None = None
+
+    def reset(self) -> None:
+        self._pos = None
+
+    def get(self, cfg: StreamConfig, newest_first: Callable[[], Iterable[bytes | None]]) -> dict[
+        str, int
+    ]:
+        if self._pos is None:
+            inames = [spec.iname for spec in source_specs(cfg) if not spec.mirror]
+            self._pos = recover_positions(inames, newest_first()) if inames else {}
+        return self._pos
+
+    def is_duplicate(self, cfg: StreamConfig, pos: tuple[str, int],
+                     newest_first: Callable[[], Iterable[bytes | None]]) -> bool:
+        known = self.get(cfg, newest_first).get(pos[0])
+        return known is not None and pos[1] <= known
+
+    def advance(self, pos: tuple[str, int]) -> None:
+        if self._pos is not None and pos[1] > self._pos.get(pos[0], 0):
+            self._pos[pos[0]] = pos[1]
