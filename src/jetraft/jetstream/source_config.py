@@ -14,7 +14,7 @@ import msgspec
 
 from jetraft.jetstream.errors import ApiError, api_error, invalid_json, stream_invalid_config
 from jetraft.jetstream.models import format_time, parse_time
-from jetraft.protocol.subjects import filters_overlap, is_subset, is_valid_subject
+from jetraft.protocol.subjects import filters_overlap, is_subset, is_valid_filter
 from jetraft.protocol.transform import TransformError, validate_mapping
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def check_mirror(req: StreamConfigRequest) -> StreamSource | None:
         raise stream_invalid_config("subject delete markers forbidden on mirrors")
     transforms = m.subject_transforms or []
     for i, tr in enumerate(transforms):
-        if tr.src and not is_valid_subject(tr.src):
+        if tr.src and not is_valid_filter(tr.src):
             raise api_error(10151, err=f"invalid subject {tr.src}")
         try:
             validate_mapping(tr.src, tr.dest)
@@ -120,7 +120,7 @@ def check_sources(req: StreamConfigRequest) -> tuple[StreamSource, ...]:
             raise api_error(10144)
         transforms = src.subject_transforms or []
         for tr in transforms:
-            if tr.src and not is_valid_subject(tr.src):
+            if tr.src and not is_valid_filter(tr.src):
                 raise api_error(10145, err=f"invalid subject {tr.src}")
             try:
                 validate_mapping(tr.src, tr.dest)

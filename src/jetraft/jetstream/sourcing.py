@@ -11,8 +11,9 @@ restart never stores one twice.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from jetraft.jetstream.entries import StoreMsg
 from jetraft.jetstream.source_config import iname as source_iname
@@ -62,9 +63,8 @@ def _spec(src: StreamSource, mirror: bool) -> SourceSpec:
     )
     if filters == (">",):
         filters = ()
-    transforms = tuple(
-        Transform.create(t.src or ">", t.dest or ">") for t in trs if t.dest and t.dest != t.src
-    )
+    compiled = (Transform.create(t.src or ">", t.dest or ">") for t in trs if t.dest)
+    transforms = tuple(tr for tr in compiled if tr is not None)
     return SourceSpec(
         iname=source_iname(src),
         origin=src.name,
@@ -161,20 +161,54 @@ def recover_positions(
     return found
 
 
-def first_seq_to_read(
-    spec: SourceSpec, stored: int | None, seq_for_time: Callable[[int], int] | None = None,
-    parse_time: Callable[[str], int] | None = None,
-) -> int:
-    """Where reading the origin starts: after what is stored, else the configured start
-    (opt_start_seq, the first message at or after opt_start_time), else the beginning.
-    ``seq_for_time`` is None when the origin is remote: the reader then asks by time."""
+def start_position(spec: SourceSpec, stored: int | None) -> int:
+    """The origin sequence to read first: after what the stream holds, else the configured
+    start (``opt_start_seq``; -1 for ``opt_start_time``: the reader asks the origin for the
+    first message at or after that time), else the beginning."""
     if stored is not None:
         return stored + 1
     if spec.opt_start_seq > 0:
         return spec.opt_start_seq
-    if spec.opt_start_time is not None and seq_for_time is not None and parse_time:
-        return max(1, seq_for_time(parse_time(spec.opt_start_time)))
+    if spec.opt_start_time is not None:
+        return -1
     return 1
+
+
+@dataclass
+class SourceStatus:
+    """What STREAM.INFO shows for one source (or the mirror); kept by the sourcing leader."""
+
+    spec: SourceSpec
+    lag: int = 0
+    last_seq: int = 0
+    active_ns: int = -1  # monotonic time the origin last answered; -1: never
+    error: dict[str, Any] | None = None
+
+
+def source_info(
+    cfg: StreamConfig, status: Mapping[str, SourceStatus], now_ns: int
+) -> dict[str, Any]:
+    """The ``mirror`` or ``sources`` members of STREAM.INFO, as nats-server words them."""
+    srcs: list[StreamSource] = [cfg.mirror] if cfg.mirror is not None else list(cfg.sources)
+    out: list[dict[str, Any]] = []
+    for spec, src in zip(source_specs(cfg), srcs, strict=True):
+        st = status.get(spec.iname)
+        item: dict[str, Any] = {"name": spec.origin, "lag": st.lag if st else 0}
+        if st is not None and st.last_seq and not spec.mirror:
+            item["seq"] = st.last_seq
+        item["active"] = now_ns - st.active_ns if st and st.active_ns >= 0 else -1
+        if st is not None and st.error is not None:
+            item["error"] = st.error
+        if src.filter_subject:
+            item["filter_subject"] = src.filter_subject
+        if src.subject_transforms:
+            item["subject_transforms"] = [
+                {"src": t.src, "dest": t.dest} for t in src.subject_transforms
+            ]
+        out.append(item)
+    if cfg.mirror is not None:
+        return {"mirror": out[0]}
+    return {"sources": out} if out else {}
 
 
 class SourcePositions:

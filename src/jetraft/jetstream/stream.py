@@ -33,7 +33,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.entries import (
@@ -54,8 +54,8 @@ from jetraft.jetstream.entries import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
-from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.models import format_time
+from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
@@ -267,6 +267,9 @@ class Stream:
         self._rtr: Transform | None = None  # republish
         self._compile_transforms()
         self.source_positions = SourcePositions()
+        # STREAM.INFO's ``mirror``/``sources`` members: set by the runtime that runs them
+        # (the stream leader); None elsewhere (the members then show no activity).
+        self.source_info: Callable[[], dict[str, Any]] | None = None
 
     def _compile_transforms(self) -> None:
         self._itr = self.config.input_transform()
@@ -816,6 +819,7 @@ class Stream:
         the state it kept beside the store (see ``beside_store``)."""
         self.config = config
         self._compile_transforms()
+        self.source_positions.reset()
         self.store.update_limits(limits_of(config))
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
         self._prune_due = -1

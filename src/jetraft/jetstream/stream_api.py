@@ -27,6 +27,7 @@ from jetraft.jetstream.direct_get import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.models import format_time, go_json_error, parse_time
+from jetraft.jetstream.sourcing import source_info
 from jetraft.jetstream.stream import DeleteMsg, Entry, OpResult, Purge, Result, Stream
 from jetraft.jetstream.stream_config import (
     StreamConfig,
@@ -199,6 +200,10 @@ def stream_info(
     }
     if with_cluster:
         info["cluster"] = {"leader": ctx.server_name}
+    cfg = stream.config
+    if cfg.mirror is not None or cfg.sources:
+        running = stream.source_info
+        info.update(running() if running is not None else source_info(cfg, {}, 0))
     info["ts"] = format_time(ctx.now_ns())
     return info
 

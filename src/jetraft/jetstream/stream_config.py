@@ -4,8 +4,8 @@ with nats-server's error codes and texts, and encoding it back.
 Unknown request fields are refused with 10025 (``json: unknown field "x"``): nats-server runs in
 strict mode by default since 2.11, and clients are written against it. Every field nats-server
 knows is accepted by the decoder; features jetraft does not implement (sourcing from other
-accounts or domains, counters, atomic/batched publish, schedules) are refused with a clear 10052 instead of being silently
-ignored.
+accounts or domains, counters, atomic/batched publish, schedules) are refused with a clear
+10052 instead of being silently ignored.
 
 The normalised config is what the stream runs with, what is persisted, and what is echoed back
 (with ``-1`` for unlimited and the defaults filled in, which nats-py's tests compare).

@@ -1,0 +1,210 @@
+"""The asyncio edge of sourcing and mirroring: one task per source (or the mirror), run by
+the server that leads the sourcing stream.
+
+Origin messages are read through the account's JetStream API (``STREAM.MSG.GET`` with
+``next_by_subj``, ``STREAM.INFO`` for the origin's identity and last sequence), like any
+client would, so the origin may be led by another server: the request takes the route to
+its leader. Each copy is handed to ``store`` (the stream's propose: applied at once on one
+server, through the stream's RAFT group in a cluster), so every replica gets the copies in
+the same order; the state machine drops a copy it already holds, which makes re-reading
+after a restart or a leader change harmless. Where to start is read from the stream itself
+(the last Nats-Stream-Source header per source; a mirror's last sequence).
+
+Reading is one request per message and an idle source polls (``IDLE_POLL_S``); that is the
+price of working the same way for a local and a remote origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from jetraft.jetstream.entries import PubAck, StoreMsg
+from jetraft.jetstream.models import parse_time
+from jetraft.jetstream.sourcing import (
+    SourceSpec,
+    SourceStatus,
+    mirrored_msg,
+    source_info,
+    source_specs,
+    sourced_msg,
+    start_position,
+    stream_ident,
+)
+from jetraft.jetstream.stream import Stream
+from jetraft.jetstream.stream_config import StreamConfig
+from jetraft.server.core.internal import InternalClient
+
+log = logging.getLogger("jetraft.sourcing")
+
+IDLE_POLL_S = 0.1
+INFO_EVERY_S = 1.0
+RETRY_S = 0.5
+REQUEST_TIMEOUT_S = 2.0
+ERR_STREAM_NOT_FOUND = 10059
+ERR_NO_MESSAGE = 10037
+
+Store = Callable[[StoreMsg], Awaitable[PubAck]]
+
+
+class _Origin:
+    """The origin stream as the API shows it."""
+
+    def __init__(self, client: InternalClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    async def _call(self, api: str, body: dict[str, Any]) -> dict[str, Any]:
+        got = await self.client.request(
+            f"$JS.API.{api}.{self.name}", json.dumps(body).encode(), REQUEST_TIMEOUT_S
+        )
+        if got is None:
+            return {"error": {"code": 503, "err_code": 0, "description": "no response"}}
+        doc: dict[str, Any] = json.loads(got[1])
+        return doc
+
+    async def info(self) -> dict[str, Any]:
+        return await self._call("STREAM.INFO", {})
+
+    async def next_msg(self, seq: int, filt: str, start_time: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {"next_by_subj": filt or ">"}
+        if start_time is not None:
+            body["start_time"] = start_time
+        else:
+            body["seq"] = seq
+        return await self._call("STREAM.MSG.GET", body)
+
+
+class Sourcer:
+    """Runs a stream's mirror or sources while this server leads the stream."""
+
+    def __init__(
+        self, client: InternalClient, stream: Callable[[], Stream], store: Store, name: str
+    ) -> None:
+        self.client = client
+        self._stream = stream
+        self._store = store
+        self.name = name
+        self.status: dict[str, SourceStatus] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._config: StreamConfig | None = None
+
+    def running(self) -> bool:
+        return bool(self._tasks)
+
+    def start(self) -> None:
+        """Start (or restart after a config change) one task per source."""
+        cfg = self._stream().config
+        if self._tasks and cfg.mirror == (self._config and self._config.mirror) and (
+            self._config is not None and cfg.sources == self._config.sources
+        ):
+            return
+        self.stop()
+        self._config = cfg
+        old = self.status
+        self.status = {}
+        for spec in source_specs(cfg):
+            prev = old.get(spec.iname)
+            st = self.status[spec.iname] = SourceStatus(spec)
+            if prev is not None:
+                st.last_seq, st.active_ns = prev.last_seq, prev.active_ns
+            self._tasks.append(
+                asyncio.get_running_loop().create_task(self._run(st), name=f"source {spec.iname}")
+            )
+
+    def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        self._config = None
+
+    # --- one source ------------------------------------------------------------------------
+
+    def _stored_position(self, spec: SourceSpec) -> int | None:
+        stream = self._stream()
+        if spec.mirror:
+            last = stream.last_seq
+            return last if last > 0 else None
+        return stream.source_positions.get(
+            stream.config, stream.stored_headers_newest_first
+        ).get(spec.iname)
+
+    async def _run(self, st: SourceStatus) -> None:
+        spec = st.spec
+        origin = _Origin(self.client, spec.origin)
+        ident: str | None = None
+        pos = 0  # next origin sequence to read; 0 = not decided yet
+        info_due = 0.0
+        while True:
+            try:
+                now = time.monotonic()
+                if now >= info_due:
+                    info = await origin.info()
+                    info_due = now + INFO_EVERY_S
+                    if "error" in info:
+                        st.error = info["error"]
+                        await asyncio.sleep(RETRY_S)
+                        continue
+                    st.error = None
+                    new_ident = stream_ident(info.get("created", ""))
+                    if ident is not None and new_ident != ident:
+                        pos = start_position(spec, None)  # the origin was recreated
+                        log.info("stream %s: origin %s was recreated", self.name, spec.origin)
+                    ident = new_ident
+                    last = int(info["state"]["last_seq"])
+                    if pos == 0:
+                        pos = start_position(spec, self._stored_position(spec))
+                    st.lag = max(0, last - max(pos - 1, 0))
+                pos = await self._drain(st, origin, pos, ident or "")
+                await asyncio.sleep(IDLE_POLL_S)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the loop must outlive any one failure
+                log.warning("stream %s: source %s: %s", self.name, spec.iname, exc)
+                st.error = {"code": 500, "err_code": 10029, "description": str(exc)}
+                pos = 0
+                info_due = 0.0
+                await asyncio.sleep(RETRY_S)
+
+    async def _drain(self, st: SourceStatus, origin: _Origin, pos: int, ident: str) -> int:
+        """Copy every origin message from ``pos`` on; returns the next position."""
+        spec = st.spec
+        while True:
+            by_time = spec.opt_start_time if pos == -1 else None
+            got = await origin.next_msg(max(pos, 1), spec.fetch_filter(), by_time)
+            st.active_ns = time.monotonic_ns()
+            err = got.get("error")
+            if err is not None:
+                if err.get("err_code") != ERR_NO_MESSAGE:
+                    st.error = err
+                st.lag = 0 if err.get("err_code") == ERR_NO_MESSAGE else st.lag
+                return pos
+            msg = got["message"]
+            seq = int(msg["seq"])
+            subject = msg["subject"]
+            if spec.matches(subject):
+                hdr = base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else None
+                data = base64.b64decode(msg.get("data", ""))
+                if spec.mirror:
+                    entry = mirrored_msg(spec, seq, subject, hdr, data, parse_time(msg["time"]))
+                else:
+                    entry = sourced_msg(spec, seq, subject, hdr, data, time.time_ns(), ident)
+                ack = await self._store(entry)
+                if ack.error is not None:
+                    st.error = ack.error.to_wire()
+                    await asyncio.sleep(RETRY_S)
+                    return pos
+            st.last_seq = seq
+            st.lag = max(0, st.lag - 1)
+            pos = seq + 1
+
+    # --- info ------------------------------------------------------------------------------
+
+    def info(self) -> dict[str, Any]:
+        """The ``mirror`` / ``sources`` members of STREAM.INFO."""
+        return source_info(self._stream().config, self.status, time.monotonic_ns())
