@@ -119,20 +119,27 @@ def source_position(hdr: bytes | None) -> tuple[str, int] | None:
     return None if value is None else parse_source_header(value)
 
 
+def _kept_headers(hdr: bytes | None, drop_source: bool) -> list[tuple[str, str]] | None:
+    """The header lines a copy keeps (None: the block is not parseable, keep it whole)."""
+    if not hdr:
+        return []
+    try:
+        items = parse_headers(hdr).items
+    except HeaderError:
+        return None
+    return [
+        (k, v) for k, v in items
+        if not (drop_source and k.lower() == "nats-stream-source")
+        and not k.lower().startswith(_DROP_PREFIXES)
+    ]
+
+
 def sourced_msg(
     spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, ts_ns: int,
     ident: str,
 ) -> StoreMsg:
     """The copy of origin message ``seq`` this stream stores (its own sequence, new time)."""
-    items: list[tuple[str, str]] = []
-    if hdr:
-        try:
-            items = [
-                (k, v) for k, v in parse_headers(hdr).items
-                if k.lower() != "nats-stream-source" and not k.lower().startswith(_DROP_PREFIXES)
-            ]
-        except HeaderError:
-            items = []
+    items = _kept_headers(hdr, True) or []
     items.append((SOURCE_HEADER, build_source_header(spec.iname, seq, subject, ident)))
     return StoreMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns)
 
@@ -140,7 +147,12 @@ def sourced_msg(
 def mirrored_msg(
     spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, origin_ts_ns: int
 ) -> StoreMsg:
-    """A mirror keeps the origin's sequence, time, subject (unless transformed), headers."""
+    """A mirror keeps the origin's sequence, time, subject (unless transformed) and headers,
+    less the publisher's expectations and batch markers (as nats-server)."""
+    if hdr and b"Nats-Expected-" in hdr or hdr and b"Nats-Batch-" in hdr:
+        items = _kept_headers(hdr, False)
+        if items is not None:
+            hdr = encode_headers(items) if items else None
     return StoreMsg(spec.subject_for(subject), "", hdr or None, data, origin_ts_ns, seq)
 
 
