@@ -22,8 +22,13 @@ class StoreMsg(msgspec.Struct, frozen=True, tag="msg", array_like=True):
     hdr: bytes | None
     data: bytes
     ts_ns: int
-    # A mirror stores at the origin's sequence (a gap before it is skipped); 0 = next.
+    # 0: a publish (stored at the next sequence). > 0: a mirror's copy, stored at the
+    # origin's sequence (a gap before it is skipped). SOURCED: a sourcing stream's copy
+    # (it may carry Nats-Stream-Source, which publishers may not set).
     seq: int = 0
+
+
+SOURCED = -1
 
 
 class Purge(msgspec.Struct, frozen=True, tag="purge", array_like=True):

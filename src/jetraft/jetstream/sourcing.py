@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from jetraft.jetstream.entries import StoreMsg
+from jetraft.jetstream.entries import SOURCED, StoreMsg
 from jetraft.jetstream.source_config import iname as source_iname
 from jetraft.jetstream.stream_config import StreamConfig, StreamSource
 from jetraft.protocol.headers import HeaderError, encode_headers, parse_headers
@@ -141,7 +141,7 @@ def sourced_msg(
     """The copy of origin message ``seq`` this stream stores (its own sequence, new time)."""
     items = _kept_headers(hdr, True) or []
     items.append((SOURCE_HEADER, build_source_header(spec.iname, seq, subject, ident)))
-    return StoreMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns)
+    return StoreMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns, SOURCED)
 
 
 def mirrored_msg(
@@ -149,7 +149,7 @@ def mirrored_msg(
 ) -> StoreMsg:
     """A mirror keeps the origin's sequence, time, subject (unless transformed) and headers,
     less the publisher's expectations and batch markers (as nats-server)."""
-    if hdr and b"Nats-Expected-" in hdr or hdr and b"Nats-Batch-" in hdr:
+    if (hdr and b"Nats-Expected-" in hdr) or (hdr and b"Nats-Batch-" in hdr):
         items = _kept_headers(hdr, False)
         if items is not None:
             hdr = encode_headers(items) if items else None

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.entries import (
+    SOURCED,
     ConsumerAck,
     DeleteMsg,
     Entry,
@@ -81,6 +82,7 @@ MSG_TTL = "nats-ttl"
 # The entries and PubAck live in ``entries`` (a module that is never compiled, see there);
 # their names stay importable from here.
 __all__ = [
+    "SOURCED",
     "ConsumerAck",
     "DeleteMsg",
     "Entry",
@@ -395,7 +397,7 @@ class Stream:
         leader change or a restart read it again) is answered as a duplicate, not stored."""
         if self.config.mirror is not None:
             return self._apply_mirrored(e)
-        pos = source_position(e.hdr)
+        pos = source_position(e.hdr) if e.seq == SOURCED else None
         sp = self.source_positions
         if pos is not None and sp.is_duplicate(
             self.config, pos, self.stored_headers_newest_first
@@ -576,11 +578,13 @@ class Stream:
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
         """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
         cfg = self.config
+        if e.seq != SOURCED and "nats-stream-source" in h:
+            return E.api_error(10227)  # only a source may say where a message came from
         expected = h.get(EXPECTED_STREAM)
         if expected and expected != cfg.name:
             return E.expected_stream_mismatch()
         ttl_text = h.get(MSG_TTL)
-        if ttl_text is not None and not cfg.allow_msg_ttl:
+        if ttl_text is not None and not cfg.allow_msg_ttl and e.seq != SOURCED:
             try:
                 ttl = parse_ttl_s(ttl_text)
             except ApiError:
