@@ -4,8 +4,8 @@ runs the same tests against the real nats-server)."""
 from __future__ import annotations
 
 import base64
-import json
 import datetime as dt
+import json
 from typing import Any
 
 import nats
