@@ -10,8 +10,9 @@ the same order; the state machine drops a copy it already holds, which makes re-
 after a restart or a leader change harmless. Where to start is read from the stream itself
 (the last Nats-Stream-Source header per source; a mirror's last sequence).
 
-Reading is one request per message and an idle source polls (``IDLE_POLL_S``); that is the
-price of working the same way for a local and a remote origin.
+Reading is one request per message (copies are proposed in batches) and an idle source
+polls (``IDLE_POLL_S``); that is the price of working the same way for a local and a remote
+origin.
 """
 
 from __future__ import annotations
@@ -46,10 +47,13 @@ IDLE_POLL_S = 0.1
 INFO_EVERY_S = 1.0
 RETRY_S = 0.5
 REQUEST_TIMEOUT_S = 2.0
+BATCH_MSGS = 256  # copies proposed together
+BATCH_BYTES = 1 << 20
 ERR_STREAM_NOT_FOUND = 10059
 ERR_NO_MESSAGE = 10037
 
-Store = Callable[[StoreMsg], Awaitable[PubAck]]
+# Proposes copies in order (one log entry in a cluster); one PubAck each, once applied.
+Store = Callable[[list[StoreMsg]], Awaitable[list[PubAck]]]
 
 
 class _Origin:
@@ -172,36 +176,54 @@ class Sourcer:
                 await asyncio.sleep(RETRY_S)
 
     async def _drain(self, st: SourceStatus, origin: _Origin, pos: int, ident: str) -> int:
-        """Copy every origin message from ``pos`` on; returns the next position."""
+        """Copy every origin message from ``pos`` on, a batch at a time; returns the next
+        position to read."""
         spec = st.spec
         while True:
-            by_time = spec.opt_start_time if pos == -1 else None
-            got = await origin.next_msg(max(pos, 1), spec.fetch_filter(), by_time)
-            st.active_ns = time.monotonic_ns()
-            err = got.get("error")
-            if err is not None:
-                if err.get("err_code") != ERR_NO_MESSAGE:
-                    st.error = err
-                st.lag = 0 if err.get("err_code") == ERR_NO_MESSAGE else st.lag
+            batch: list[tuple[int, StoreMsg]] = []
+            size = 0
+            nxt = pos
+            done = False
+            while len(batch) < BATCH_MSGS and size < BATCH_BYTES:
+                by_time = spec.opt_start_time if nxt == -1 else None
+                got = await origin.next_msg(max(nxt, 1), spec.fetch_filter(), by_time)
+                st.active_ns = time.monotonic_ns()
+                err = got.get("error")
+                if err is not None:
+                    if err.get("err_code") == ERR_NO_MESSAGE:
+                        st.lag = 0
+                    else:
+                        st.error = err
+                    done = True
+                    break
+                msg = got["message"]
+                seq = int(msg["seq"])
+                if spec.matches(msg["subject"]):
+                    entry = self._copy(spec, msg, seq, ident)
+                    batch.append((seq, entry))
+                    size += len(entry.data) + len(entry.hdr or b"")
+                nxt = seq + 1
+            if batch:
+                acks = await self._store([e for _, e in batch])
+                for (seq, _), ack in zip(batch, acks, strict=True):
+                    if ack.error is not None:
+                        st.error = ack.error.to_wire()
+                        await asyncio.sleep(RETRY_S)
+                        return seq  # read again from the one refused
+                    st.last_seq = seq
+            st.lag = max(0, st.lag - len(batch))
+            pos = nxt
+            if done:
                 return pos
-            msg = got["message"]
-            seq = int(msg["seq"])
-            subject = msg["subject"]
-            if spec.matches(subject):
-                hdr = base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else None
-                data = base64.b64decode(msg.get("data", ""))
-                if spec.mirror:
-                    entry = mirrored_msg(spec, seq, subject, hdr, data, parse_time(msg["time"]))
-                else:
-                    entry = sourced_msg(spec, seq, subject, hdr, data, time.time_ns(), ident)
-                ack = await self._store(entry)
-                if ack.error is not None:
-                    st.error = ack.error.to_wire()
-                    await asyncio.sleep(RETRY_S)
-                    return pos
-            st.last_seq = seq
-            st.lag = max(0, st.lag - 1)
-            pos = seq + 1
+
+    @staticmethod
+    def _copy(spec: SourceSpec, msg: dict[str, Any], seq: int, ident: str) -> StoreMsg:
+        subject = msg["subject"]
+        hdr = base64.b64decode(msg["hdrs"]) if msg.get("hdrs") else None
+        data = base64.b64decode(msg.get("data", ""))
+        if spec.mirror:
+            return mirrored_msg(spec, seq, subject, hdr, data, parse_time(msg["time"]))
+        return sourced_msg(spec, seq, subject, hdr, data, time.time_ns(), ident)
 
     # --- info ------------------------------------------------------------------------------
 

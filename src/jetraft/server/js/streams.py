@@ -184,11 +184,14 @@ class StreamRuntime:
         else:
             self.sourcer.stop()
 
-    async def _store_sourced(self, entry: StoreMsg) -> PubAck:
-        result = self.propose(entry)
-        if not isinstance(result, PubAck):
-            raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
-        return result
+    async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
+        acks = []
+        for entry in entries:
+            result = self.propose(entry)
+            if not isinstance(result, PubAck):
+                raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
+            acks.append(result)
+        return acks
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -266,11 +266,21 @@ class StreamReplica:
         else:
             self.sourcer.stop()
 
-    async def _store_sourced(self, entry: StoreMsg) -> PubAck:
-        result = await self.propose_and_wait(entry)
-        if not isinstance(result, PubAck):
+    async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
+        """The copies as one log entry, like a batch of publishes; their PubAcks once
+        applied here."""
+        node = self.group.node
+        if node is None or not self._leading:
+            raise NotLeader("")
+        if self._batch:
+            self._propose_publishes()  # publishes taken before keep their place
+        entry: LogEntry = StoreBatch(entries)
+        applied = await asyncio.wait_for(node.propose_nowait(encode_entry(entry)),
+                                         PROPOSE_TIMEOUT_S)
+        result = applied.result
+        if not isinstance(result, list):
             raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
-        return result
+        return [r for r in result if isinstance(r, PubAck)]
 
     def _pace_snapshots(self) -> None:
         """A snapshot holds the whole stream, so take one only every max(8192, messages)
