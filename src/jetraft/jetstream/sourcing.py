@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from jetraft.jetstream.entries import SOURCED, StoreMsg
 from jetraft.jetstream.source_config import iname as source_iname
@@ -96,8 +96,17 @@ def build_source_header(iname: str, seq: int, subject: str, ident: str) -> str:
     return f"{value} {ident}" if ident else value
 
 
-def parse_source_header(value: str) -> tuple[str, int] | None:
-    """(index name, origin sequence) of a Nats-Stream-Source value, None when malformed."""
+class Position(NamedTuple):
+    """Where a sourced copy came from: the source's index name, the origin's sequence and
+    the origin's identity ('' when the header has none)."""
+
+    iname: str
+    seq: int
+    ident: str = ""
+
+
+def parse_source_header(value: str) -> Position | None:
+    """The position a Nats-Stream-Source value names, None when malformed."""
     fields = value.split(" ")
     if len(fields) < 4:
         return None
@@ -105,11 +114,12 @@ def parse_source_header(value: str) -> tuple[str, int] | None:
         seq = int(fields[1])
     except ValueError:
         return None
-    return f"{fields[0]} {fields[2]} {fields[3]}", seq
+    ident = fields[5] if len(fields) >= 6 else ""
+    return Position(f"{fields[0]} {fields[2]} {fields[3]}", seq, ident)
 
 
-def source_position(hdr: bytes | None) -> tuple[str, int] | None:
-    """The (index name, origin sequence) a stored message was sourced from, if any."""
+def source_position(hdr: bytes | None) -> Position | None:
+    """The position a stored message was sourced from, if any."""
     if not hdr or b"Nats-Stream-Source" not in hdr:
         return None
     try:
@@ -158,18 +168,18 @@ def mirrored_msg(
 
 def recover_positions(
     inames: Iterable[str], newest_first: Iterable[bytes | None], limit: int = 1_000_000
-) -> dict[str, int]:
+) -> dict[str, Position]:
     """The last origin sequence stored per source, from the stream's messages read newest
     first (their header blocks); stops once every source is found or after ``limit``."""
     wanted = set(inames)
-    found: dict[str, int] = {}
+    found: dict[str, Position] = {}
     for n, hdr in enumerate(newest_first):
         if n >= limit or not wanted:
             break
         pos = source_position(hdr)
-        if pos is not None and pos[0] in wanted:
-            found[pos[0]] = pos[1]
-            wanted.discard(pos[0])
+        if pos is not None and pos.iname in wanted:
+            found[pos.iname] = pos
+            wanted.discard(pos.iname)
     return found
 
 
@@ -224,30 +234,36 @@ def source_info(
 
 
 class SourcePositions:
-    """Per source, the last origin sequence this stream holds: read back from the stored
-    headers the first time it is needed (after a start, a restore or a purge), then kept
-    as messages are applied. Every replica holds the same, as it is derived from applied
-    entries only; the state machine drops a sourced message at or below it."""
+    """Per source, the last origin message this stream holds: read back from the stored
+    headers the first time it is needed (after a start, a restore or a config change),
+    then kept as messages are applied. Every replica holds the same, as it is derived from
+    applied entries only; the state machine drops a sourced copy at or below it, unless it
+    comes from a recreated origin (another identity), which starts over."""
 
     def __init__(self) -> None:
-        self._pos: dict[str, int] | None = None
+        self._pos: dict[str, Position] | None = None
 
     def reset(self) -> None:
         self._pos = None
 
-    def get(self, cfg: StreamConfig, newest_first: Callable[[], Iterable[bytes | None]]) -> dict[
-        str, int
-    ]:
+    def get(
+        self, cfg: StreamConfig, newest_first: Callable[[], Iterable[bytes | None]]
+    ) -> dict[str, Position]:
         if self._pos is None:
             inames = [spec.iname for spec in source_specs(cfg) if not spec.mirror]
             self._pos = recover_positions(inames, newest_first()) if inames else {}
         return self._pos
 
-    def is_duplicate(self, cfg: StreamConfig, pos: tuple[str, int],
-                     newest_first: Callable[[], Iterable[bytes | None]]) -> bool:
-        known = self.get(cfg, newest_first).get(pos[0])
-        return known is not None and pos[1] <= known
+    def is_duplicate(
+        self, cfg: StreamConfig, pos: Position,
+        newest_first: Callable[[], Iterable[bytes | None]],
+    ) -> bool:
+        known = self.get(cfg, newest_first).get(pos.iname)
+        return known is not None and known.ident == pos.ident and pos.seq <= known.seq
 
-    def advance(self, pos: tuple[str, int]) -> None:
-        if self._pos is not None and pos[1] > self._pos.get(pos[0], 0):
-            self._pos[pos[0]] = pos[1]
+    def advance(self, pos: Position) -> None:
+        if self._pos is None:
+            return
+        known = self._pos.get(pos.iname)
+        if known is None or known.ident != pos.ident or pos.seq > known.seq:
+            self._pos[pos.iname] = pos

@@ -35,12 +35,12 @@ async def _msgs(nc: nats.NATS, stream: str) -> list[dict[str, Any]]:
     return out
 
 
-async def _count(nc: nats.NATS, stream: str, n: int) -> None:
+async def _count(nc: nats.NATS, stream: str, n: int, timeout_s: float = 10) -> None:
     async def reached() -> bool:
         info = await api(nc, f"STREAM.INFO.{stream}")
         return bool(info["state"]["messages"] >= n)
 
-    await wait_for(reached, timeout_s=10)
+    await wait_for(reached, timeout_s=timeout_s)
 
 
 def _source_header(hdrs: str) -> list[str]:
@@ -132,6 +132,23 @@ async def test_origin_created_after_the_sourcing_stream(nc: nats.NATS) -> None:
     await js.publish("late", b"x")
     await _count(nc, "LATE_S", 1)
     assert [m["data"] for m in await _msgs(nc, "LATE_S")] == ["x"]
+
+
+async def test_recreated_origin_is_read_again(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await js.add_stream(name="RO", subjects=["ro"])
+    await js.add_stream(name="RS", sources=[StreamSource(name="RO")])
+    for i in range(3):
+        await js.publish("ro", f"old{i}".encode())
+    await _count(nc, "RS", 3)
+    await js.delete_stream("RO")
+    await js.add_stream(name="RO", subjects=["ro"])
+    for i in range(2):
+        await js.publish("ro", f"new{i}".encode())
+    await _count(nc, "RS", 5, timeout_s=40)  # nats-server 2.15 takes about 12 s
+    msgs = await _msgs(nc, "RS")
+    assert [m["data"] for m in msgs] == ["old0", "old1", "old2", "new0", "new1"]
+    assert [_source_header(m["hdrs"])[1] for m in msgs] == ["1", "2", "3", "1", "2"]
 
 
 async def test_mirror_keeps_sequences_with_gaps(nc: nats.NATS) -> None:

@@ -113,10 +113,10 @@ def test_sources_same_origin_different_filters_are_distinct() -> None:
 
 def test_header_as_nats_server_writes_and_reads_it() -> None:
     # A value nats-server 2.15 wrote (origin O, sequence 1, filter o.>, original o.0).
-    assert parse_source_header("O 1 o.> > o.0 TiAN6S1S") == ("O o.> >", 1)
+    assert parse_source_header("O 1 o.> > o.0 TiAN6S1S") == ("O o.> >", 1, "TiAN6S1S")
     assert build_source_header("O o.> >", 1, "o.0", "TiAN6S1S") == "O 1 o.> > o.0 TiAN6S1S"
     assert parse_source_header("O x") is None
-    assert parse_source_header("O 5 > >") == ("O > >", 5)
+    assert parse_source_header("O 5 > >") == ("O > >", 5, "")
 
 
 def test_ident_is_eight_base62_characters_of_the_creation_time() -> None:
@@ -138,7 +138,7 @@ def test_sourced_copy_drops_expectations_and_older_source_header() -> None:
     assert parse_headers(e.hdr).items == (
         ("Nats-Msg-Id", "x"), ("X", "1"), ("Nats-Stream-Source", "O 5 o.* n.$1 o.a IDENTabc"),
     )
-    assert source_position(e.hdr) == ("O o.* n.$1", 5)
+    assert source_position(e.hdr) == ("O o.* n.$1", 5, "IDENTabc")
 
 
 def test_mirrored_copy_keeps_sequence_time_and_headers() -> None:
@@ -152,9 +152,9 @@ def test_mirrored_copy_keeps_sequence_time_and_headers() -> None:
 
 def test_positions_and_start() -> None:
     hdrs = [encode_headers([("Nats-Stream-Source", v)]) for v in
-            ("A 3 > > a", "B 7 b > b", "A 2 > > a")]
+            ("A 3 > > a i1", "B 7 b > b", "A 2 > > a i1")]
     assert recover_positions(["A > >", "B b >", "C > >"], [None, *hdrs]) == {
-        "A > >": 3, "B b >": 7
+        "A > >": ("A > >", 3, "i1"), "B b >": ("B b >", 7, "")
     }
     spec = source_specs(cfg_of(sources=[{"name": "A", "opt_start_seq": 4}]))[0]
     assert start_position(spec, None) == 4
@@ -198,6 +198,9 @@ def test_stream_drops_a_copy_it_holds_also_after_a_restart() -> None:
     assert isinstance(dup, PubAck) and dup.duplicate
     new = restarted.apply(sourced_msg(spec, 3, "o", None, b"x", T0 + 6, ""))
     assert isinstance(new, PubAck) and new.seq == 4 and not new.duplicate
+    # The origin was recreated (another identity): its sequence 1 is a new message.
+    again = restarted.apply(sourced_msg(spec, 1, "o", None, b"y", T0 + 7, "NEWIDENT"))
+    assert isinstance(again, PubAck) and again.seq == 5 and not again.duplicate
 
 
 def test_publishers_may_not_set_the_source_header() -> None:

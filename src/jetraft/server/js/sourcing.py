@@ -129,14 +129,19 @@ class Sourcer:
 
     # --- one source ------------------------------------------------------------------------
 
-    def _stored_position(self, spec: SourceSpec) -> int | None:
+    def _stored_position(self, spec: SourceSpec, ident: str) -> int | None:
+        """The last origin sequence the stream holds from this source; None when it holds
+        none, or only copies of an earlier origin of that name (it was recreated)."""
         stream = self._stream()
         if spec.mirror:
             last = stream.last_seq
             return last if last > 0 else None
-        return stream.source_positions.get(
+        known = stream.source_positions.get(
             stream.config, stream.stored_headers_newest_first
         ).get(spec.iname)
+        if known is None or (known.ident and ident and known.ident != ident):
+            return None
+        return known.seq
 
     async def _run(self, st: SourceStatus) -> None:
         spec = st.spec
@@ -162,7 +167,7 @@ class Sourcer:
                     ident = new_ident
                     last = int(info["state"]["last_seq"])
                     if pos == 0:
-                        pos = start_position(spec, self._stored_position(spec))
+                        pos = start_position(spec, self._stored_position(spec, new_ident))
                     st.lag = max(0, last - max(pos - 1, 0))
                 pos = await self._drain(st, origin, pos, ident or "")
                 await asyncio.sleep(IDLE_POLL_S)
