@@ -14,8 +14,8 @@ import nats
 import pytest
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.test_js_faults import _publish_reliably
 from tests.cluster.harness import Cluster, stream_leader, wait_until
+from tests.cluster.test_js_faults import _publish_reliably
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,7 +18,9 @@ from jetraft.protocol.subjects import filters_overlap, is_subset, is_valid_filte
 from jetraft.protocol.transform import TransformError, validate_mapping
 
 if TYPE_CHECKING:
-    from jetraft.jetstream.stream_config import StreamConfigRequest, StreamSource
+    from collections.abc import Callable
+
+    from jetraft.jetstream.stream_config import StreamConfig, StreamConfigRequest, StreamSource
 
 _BAD_NAME_CHARS = frozenset(".*>/\\ \t\r\n\f\v")
 
@@ -135,34 +137,32 @@ def check_sources(req: StreamConfigRequest) -> tuple[StreamSource, ...]:
     return tuple(out)
 
 
-def check_cycle(name: str, subjects: tuple[str, ...], sources: tuple[StreamSource, ...],
-                mirror: StreamSource | None, lookup: Any) -> None:
-    """nats-server's cycle check across the account's streams: ``lookup(name)`` gives the
-    config of an existing stream (or None)."""
-    to_visit: list[tuple[tuple[str, ...], tuple[StreamSource, ...], StreamSource | None]] = [
-        (subjects, sources, mirror)
-    ]
-    visited = {name}
+def check_cycle(cfg: StreamConfig, lookup: Callable[[str], StreamConfig | None]) -> None:
+    """nats-server's cycle check across the account's streams (``lookup(name)``: the config
+    of an existing stream, None if there is none): a stream that would, through its sources
+    and mirrors, copy its own messages back into itself (the filters permitting) is refused."""
+    to_visit: list[StreamConfig] = [cfg]
+    visited: set[str] = set()
     while to_visit:
-        subs, srcs, mir = to_visit.pop(0)
-        for src in srcs:
+        cur = to_visit.pop(0)
+        visited.add(cur.name)
+        for src in cur.sources:
             if src.name in visited:
                 if not src.filter_subject or any(
-                    filters_overlap(s, src.filter_subject) for s in subs
+                    filters_overlap(s, src.filter_subject) for s in cur.subjects
                 ):
                     raise stream_invalid_config("detected cycle")
             else:
-                cfg = lookup(src.name)
-                if cfg is not None:
-                    visited.add(src.name)
-                    to_visit.append((cfg.subjects, cfg.sources, cfg.mirror))
+                other = lookup(src.name)
+                if other is not None:
+                    to_visit.append(other)
+        mir = cur.mirror
         if mir is not None:
             if mir.name in visited:
                 raise stream_invalid_config("detected cycle")
-            cfg = lookup(mir.name)
-            if cfg is not None:
-                visited.add(mir.name)
-                to_visit.append((cfg.subjects, cfg.sources, cfg.mirror))
+            other = lookup(mir.name)
+            if other is not None:
+                to_visit.append(other)
 
 
 def source_to_wire(src: StreamSource) -> dict[str, Any]:

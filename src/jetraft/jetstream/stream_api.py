@@ -27,6 +27,7 @@ from jetraft.jetstream.direct_get import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.models import format_time, go_json_error, parse_time
+from jetraft.jetstream.source_config import check_cycle
 from jetraft.jetstream.sourcing import source_info
 from jetraft.jetstream.stream import DeleteMsg, Entry, OpResult, Purge, Result, Stream
 from jetraft.jetstream.stream_config import (
@@ -236,6 +237,14 @@ def _err(kind: str, exc: ApiError, **extra: Any) -> dict[str, Any]:
 
 
 def _check_overlap(ctx: StreamApiContext, cfg: StreamConfig) -> None:
+    if cfg.sources or cfg.mirror is not None:
+        streams = ctx.streams
+
+        def lookup(name: str) -> StreamConfig | None:
+            found = streams.get(name)
+            return None if found is None else found.config
+
+        check_cycle(cfg, lookup)
     for other in ctx.streams.values():
         if other.name == cfg.name:
             continue

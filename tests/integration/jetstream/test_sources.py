@@ -193,7 +193,12 @@ async def test_mirror_and_source_config_errors(nc: nats.NATS) -> None:
           "source with multiple subject transforms cannot also have a single subject filter")),
         ({"mirror": {"name": "EO"}, "first_seq": 5},
          (400, 10143, "stream mirrors can not have first sequence configured")),
+        ({"sources": [{"name": "EX"}]}, (500, 10052, "detected cycle")),
+        ({"subjects": ["ex"], "sources": [{"name": "EC"}]}, (500, 10052, "detected cycle")),
     ]
+    # EC sources EX, which does not exist yet: the cycle shows once EX sources EC.
+    await api(nc, "STREAM.CREATE.EC", {"name": "EC", "subjects": ["ec"],
+                                       "sources": [{"name": "EX"}]})
     for body, want in cases:
         got = await api(nc, "STREAM.CREATE.EX", {"name": "EX", **body})
         assert err(got) == want, body

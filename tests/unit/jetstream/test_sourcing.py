@@ -223,3 +223,27 @@ def test_mirror_stores_at_the_origin_sequence() -> None:
     assert (st.msgs, st.first_seq, st.last_seq) == (3, 2, 6)
     msg = stream.store.load(6)
     assert msg is not None and (msg.subject, msg.ts_ns) == ("o.6", T0 + 6)
+
+
+def test_cycles_through_sources_and_mirrors_are_refused() -> None:
+    from jetraft.jetstream.source_config import check_cycle
+
+    def cfg(text: str) -> StreamConfig:
+        return normalise(decode_request(text.encode()))
+
+    existing = {
+        "A": cfg('{"name": "A", "subjects": ["a"], "sources": [{"name": "B"}]}'),
+        "A2": cfg('{"name": "A2", "subjects": ["a2"], '
+                  '"sources": [{"name": "B", "filter_subject": "b"}]}'),
+        "MB": cfg('{"name": "MB", "mirror": {"name": "B"}}'),
+    }
+    with pytest.raises(ApiError, match="detected cycle"):
+        check_cycle(normalise(decode_request(
+            b'{"name": "B", "subjects": ["b"], "sources": [{"name": "A"}]}')), existing.get)
+    # nats-server's rule: an edge back into a visited stream whose filter matches none of
+    # the subjects of the stream it leaves (A2's subjects are not "b") is no cycle.
+    check_cycle(cfg('{"name": "B", "subjects": ["b"], "sources": [{"name": "A2"}]}'),
+                existing.get)
+    with pytest.raises(ApiError, match="detected cycle"):
+        check_cycle(normalise(decode_request(b'{"name": "B", "mirror": {"name": "MB"}}')),
+                    existing.get)
