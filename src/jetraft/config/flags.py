@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, fields, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
@@ -120,10 +119,21 @@ class _ArgParser(argparse.ArgumentParser):
 
 
 def _version() -> str:
+    from importlib import metadata  # looked up only when asked: it slows every start
+
     try:
         return metadata.version("jetraft")
     except metadata.PackageNotFoundError:  # pragma: no cover - only in odd installs
         return "unknown"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"jetraft {_version()}")
+        parser.exit()
 
 
 def make_arg_parser(prog: str = "jetraft server") -> argparse.ArgumentParser:
@@ -139,7 +149,7 @@ def make_arg_parser(prog: str = "jetraft server") -> argparse.ArgumentParser:
             parser.add_argument(*strings, dest=dest, type=kind, default=None, help=help_text)
     parser.add_argument("-h", "-help", "--help", action="help", help="show this message")
     parser.add_argument(
-        "-v", "-version", "--version", action="version", version=f"jetraft {_version()}",
+        "-v", "-version", "--version", action=_VersionAction, default=argparse.SUPPRESS,
         help="print the version",
     )
     return parser

@@ -12,9 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 PREFIX_OPERATOR = 14 << 3
 PREFIX_ACCOUNT = 0
 PREFIX_USER = 20 << 3
@@ -59,6 +56,10 @@ def is_public(key: str, prefix: int) -> bool:
 
 def verify(key: str, data: bytes, signature: bytes) -> bool:
     """True when ``signature`` is the Ed25519 signature of ``data`` by public nkey ``key``."""
+    # Imported here: cryptography costs start-up time that servers without nkeys never use.
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     raw = decode_public(key)
     if raw is None:
         return False

@@ -26,10 +26,8 @@ import os
 import struct
 from typing import Final, Protocol
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+# cryptography is imported where a key is made, not here: every server imports this
+# module, few encrypt, and the import is a tenth of a second of start-up on this machine.
 
 CIPHERS: Final = ("chachapoly", "aes")
 NONCE_SIZE: Final = 12
@@ -64,13 +62,17 @@ def normalise_cipher(name: str) -> str:
 class RecordCipher:
     """Seal and open records with one key. Thread-safe (no mutable state)."""
 
-    __slots__ = ("_aead", "name")
+    __slots__ = ("_aead", "_invalid", "name")
 
     def __init__(self, key: bytes, cipher: str = "chachapoly") -> None:
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM, ChaCha20Poly1305
+
         if len(key) != KEY_SIZE:
             raise ValueError(f"a record key has {KEY_SIZE} bytes, not {len(key)}")
         self.name = normalise_cipher(cipher)
         self._aead: _Aead = ChaCha20Poly1305(key) if self.name == "chachapoly" else AESGCM(key)
+        self._invalid: type[Exception] = InvalidTag
 
     overhead: Final = OVERHEAD
 
@@ -84,12 +86,15 @@ class RecordCipher:
             raise CipherError("sealed data is too short")
         try:
             return self._aead.decrypt(raw[:NONCE_SIZE], raw[NONCE_SIZE:], aad)
-        except InvalidTag:
+        except self._invalid:
             raise CipherError("sealed data does not open with this key") from None
 
 
 def derive_key(secret: str, context: str) -> bytes:
     """A 32-byte key for ``context`` (e.g. "stream $G/ORDERS") from the configured secret."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     if not secret:
         raise ValueError("empty encryption key")
     hkdf = HKDF(

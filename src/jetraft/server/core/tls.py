@@ -3,7 +3,8 @@
 Besides the server context, this holds what nats-server does with the client certificate:
 ``pinned_certs`` (the SHA-256 of the certificate's DER SubjectPublicKeyInfo, in hex, must be
 in the configured set) and ``verify_and_map`` (the certificate names the user: a SAN email,
-DNS name or URI, else the subject distinguished name).
+DNS name or URI, else the subject distinguished name). cryptography is imported only where
+a certificate is read: most servers never do, and the import costs start-up time.
 """
 
 from __future__ import annotations
@@ -11,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import ssl
 from collections.abc import Callable, Iterable
-from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from typing import TYPE_CHECKING, Any
 
 from jetraft.config import TLSConfig
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 _VERSIONS = {"1.2": ssl.TLSVersion.TLSv1_2, "1.3": ssl.TLSVersion.TLSv1_3}
 
@@ -50,6 +51,9 @@ def peer_certificate(transport: Any) -> bytes | None:
 
 def spki_sha256(der: bytes) -> str:
     """nats-server's pin: hex SHA-256 of the certificate's DER SubjectPublicKeyInfo."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
     cert = x509.load_der_x509_certificate(der)
     spki = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(spki).hexdigest()
@@ -71,6 +75,8 @@ def map_certificate(der: bytes, lookup: Callable[[str], bool], names: Iterable[s
     RDNs in another order), then the subject as an RFC 2253 string. ``lookup(name)`` says
     whether a user of that name exists; ``names`` are all user names (for the DN compare).
     """
+    from cryptography import x509
+
     cert = x509.load_der_x509_certificate(der)
     for candidate in _san_names(cert):
         if lookup(candidate):
@@ -96,6 +102,8 @@ def map_certificate(der: bytes, lookup: Callable[[str], bool], names: Iterable[s
 
 
 def _san_names(cert: x509.Certificate) -> list[str]:
+    from cryptography import x509
+
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -107,6 +115,8 @@ def _san_names(cert: x509.Certificate) -> list[str]:
 
 
 def _parse_dn(text: str) -> x509.Name | None:
+    from cryptography import x509
+
     if "=" not in text:
         return None
     try:
