@@ -11,7 +11,7 @@ import nats.js.api
 import pytest
 from nats.js.errors import NotFoundError
 
-from tests.integration.jetstream.js_helpers import api, err
+from tests.integration.jetstream.js_helpers import api, err, wait_for
 
 
 async def test_subject_transform_as_nats_py_tests_it(nc: nats.NATS) -> None:
@@ -232,3 +232,20 @@ async def test_invalid_configs_get_nats_server_errors(nc: nats.NATS) -> None:
         assert err(resp) == expected, extra
     resp = await api(nc, "STREAM.NAMES")
     assert not resp.get("streams")
+
+
+async def test_republished_copies_can_feed_another_stream(nc: nats.NATS) -> None:
+    js = nc.jetstream()
+    await api(nc, "STREAM.CREATE.SRC", {
+        "name": "SRC", "subjects": ["src.>"], "republish": {"src": ">", "dest": "copy.>"}})
+    await js.add_stream(name="DST", subjects=["copy.>"])
+    for i in range(5):
+        await js.publish(f"src.{i}", b"%d" % i)
+
+    async def copied() -> bool:
+        return (await js.stream_info("DST")).state.messages == 5
+
+    await wait_for(copied)
+    msg = await js.get_msg("DST", 5)
+    assert msg.subject == "copy.src.4" and msg.data == b"4"
+    assert msg.headers is not None and msg.headers["Nats-Sequence"] == "5"

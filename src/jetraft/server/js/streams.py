@@ -118,6 +118,7 @@ class StreamRuntime:
             self._store_sourced,
             stream.name,
         )
+        self._republished: list[tuple[str, bytes, bytes]] = []
 
     # --- identity ----------------------------------------------------------------------------
 
@@ -210,7 +211,19 @@ class StreamRuntime:
             self.client.subscribe(subject, self._on_publish, run_handler=self._on_publish_run)
 
     def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
-        self.client.publish(subject, data, None, hdr)
+        """Copies leave after the current turn, in order: a copy that lands in another
+        stream is then stored from the loop, never from inside this stream's apply (two
+        streams republishing into each other would otherwise recurse)."""
+        queue = self._republished
+        if not queue:
+            self.loop.call_soon(self._send_republished)
+        queue.append((subject, hdr, data))
+
+    def _send_republished(self) -> None:
+        queue, self._republished = self._republished, []
+        publish = self.client.publish
+        for subject, hdr, data in queue:
+            publish(subject, data, None, hdr)
 
     def _stop_intake(self) -> None:
         self.closed = True
