@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from jetraft.jetstream.entries import SOURCED, StoreMsg
+from jetraft.jetstream.entries import SOURCED, CopyMsg
 from jetraft.jetstream.source_config import iname as source_iname
 from jetraft.jetstream.stream_config import StreamConfig, StreamSource
 from jetraft.protocol.headers import HeaderError, encode_headers, parse_headers
@@ -147,23 +147,23 @@ def _kept_headers(hdr: bytes | None, drop_source: bool) -> list[tuple[str, str]]
 def sourced_msg(
     spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, ts_ns: int,
     ident: str,
-) -> StoreMsg:
+) -> CopyMsg:
     """The copy of origin message ``seq`` this stream stores (its own sequence, new time)."""
     items = _kept_headers(hdr, True) or []
     items.append((SOURCE_HEADER, build_source_header(spec.iname, seq, subject, ident)))
-    return StoreMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns, SOURCED)
+    return CopyMsg(spec.subject_for(subject), "", encode_headers(items), data, ts_ns, SOURCED)
 
 
 def mirrored_msg(
     spec: SourceSpec, seq: int, subject: str, hdr: bytes | None, data: bytes, origin_ts_ns: int
-) -> StoreMsg:
+) -> CopyMsg:
     """A mirror keeps the origin's sequence, time, subject (unless transformed) and headers,
     less the publisher's expectations and batch markers (as nats-server)."""
     if (hdr and b"Nats-Expected-" in hdr) or (hdr and b"Nats-Batch-" in hdr):
         items = _kept_headers(hdr, False)
         if items is not None:
             hdr = encode_headers(items) if items else None
-    return StoreMsg(spec.subject_for(subject), "", hdr or None, data, origin_ts_ns, seq)
+    return CopyMsg(spec.subject_for(subject), "", hdr or None, data, origin_ts_ns, seq)
 
 
 def recover_positions(

@@ -39,6 +39,7 @@ from jetraft.jetstream import errors as E
 from jetraft.jetstream.entries import (
     SOURCED,
     ConsumerAck,
+    CopyMsg,
     DeleteMsg,
     Entry,
     Expire,
@@ -84,6 +85,7 @@ MSG_TTL = "nats-ttl"
 __all__ = [
     "SOURCED",
     "ConsumerAck",
+    "CopyMsg",
     "DeleteMsg",
     "Entry",
     "Expire",
@@ -230,6 +232,11 @@ def _is_ascii_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def _copy_seq(e: StoreMsg) -> int:
+    """A copy's origin sequence (mirror) or SOURCED; 0 for a publish."""
+    return e.seq if isinstance(e, CopyMsg) else 0
+
+
 def _parse_seq(text: str) -> int:
     """A header sequence number; anything unparsable never matches (nats-server reads it as
     -1, i.e. the largest uint64)."""
@@ -352,6 +359,8 @@ class Stream:
         subject = itr.match(e.subject, rng)
         if subject is None or subject == e.subject:
             return e
+        if isinstance(e, CopyMsg):
+            return CopyMsg(subject, e.reply, e.hdr, e.data, e.ts_ns, e.seq)
         return StoreMsg(subject, e.reply, e.hdr, e.data, e.ts_ns)
 
     def _apply_msg(self, e: StoreMsg) -> PubAck:
@@ -397,7 +406,7 @@ class Stream:
         leader change or a restart read it again) is answered as a duplicate, not stored."""
         if self.config.mirror is not None:
             return self._apply_mirrored(e)
-        pos = source_position(e.hdr) if e.seq == SOURCED else None
+        pos = source_position(e.hdr) if _copy_seq(e) == SOURCED else None
         sp = self.source_positions
         if pos is not None and sp.is_duplicate(
             self.config, pos, self.stored_headers_newest_first
@@ -415,7 +424,7 @@ class Stream:
         holds; a gap before it is skipped, so the sequences stay the origin's."""
         store = self.store
         last = store.last_seq
-        seq = e.seq or last + 1
+        seq = _copy_seq(e) or last + 1
         if seq <= last:
             return PubAck(e.reply, self.name, seq, True, None, self.domain)
         if seq > last + 1:
@@ -578,13 +587,13 @@ class Stream:
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
         """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
         cfg = self.config
-        if e.seq != SOURCED and "nats-stream-source" in h:
+        if _copy_seq(e) != SOURCED and "nats-stream-source" in h:
             return E.api_error(10227)  # only a source may say where a message came from
         expected = h.get(EXPECTED_STREAM)
         if expected and expected != cfg.name:
             return E.expected_stream_mismatch()
         ttl_text = h.get(MSG_TTL)
-        if ttl_text is not None and not cfg.allow_msg_ttl and e.seq != SOURCED:
+        if ttl_text is not None and not cfg.allow_msg_ttl and _copy_seq(e) != SOURCED:
             try:
                 ttl = parse_ttl_s(ttl_text)
             except ApiError:
