@@ -24,6 +24,18 @@ class StoreMsg(msgspec.Struct, frozen=True, tag="msg", array_like=True):
     ts_ns: int
 
 
+SOURCED = -1
+
+
+class CopyMsg(StoreMsg, frozen=True, tag="copy", array_like=True):
+    """A message a mirror or a sourcing stream copied from its origin (its own tag, so
+    that publishes keep their encoding). ``seq`` > 0: a mirror's copy, stored at the
+    origin's sequence (a gap before it is skipped); SOURCED: a sourcing stream's copy,
+    the only kind that may carry Nats-Stream-Source."""
+
+    seq: int = SOURCED
+
+
 class Purge(msgspec.Struct, frozen=True, tag="purge", array_like=True):
     filter: str = ""
     seq: int = 0  # remove everything below seq
@@ -60,10 +72,10 @@ class StoreBatch(msgspec.Struct, frozen=True, tag="msgs", array_like=True):
     """Publishes in one log entry, applied in order (``Stream.apply_batch``): one entry,
     one framing and checksum in the log and one decode per batch instead of per message."""
 
-    msgs: list[StoreMsg]
+    msgs: list[StoreMsg | CopyMsg]
 
 
-Entry = StoreMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
+Entry = StoreMsg | CopyMsg | Purge | DeleteMsg | UpdateConfig | Expire | ConsumerAck | Retire
 # What a clustered stream's log holds: the entries above, or a batch of publishes.
 LogEntry = Entry | StoreBatch
 

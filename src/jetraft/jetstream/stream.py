@@ -31,13 +31,15 @@ import heapq
 import random
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.entries import (
+    SOURCED,
     ConsumerAck,
+    CopyMsg,
     DeleteMsg,
     Entry,
     Expire,
@@ -55,6 +57,7 @@ from jetraft.jetstream.entries import (
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.models import format_time
+from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
@@ -80,7 +83,9 @@ MSG_TTL = "nats-ttl"
 # The entries and PubAck live in ``entries`` (a module that is never compiled, see there);
 # their names stay importable from here.
 __all__ = [
+    "SOURCED",
     "ConsumerAck",
+    "CopyMsg",
     "DeleteMsg",
     "Entry",
     "Expire",
@@ -227,6 +232,11 @@ def _is_ascii_number(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def _copy_seq(e: StoreMsg) -> int:
+    """A copy's origin sequence (mirror) or SOURCED; 0 for a publish."""
+    return e.seq if isinstance(e, CopyMsg) else 0
+
+
 def _parse_seq(text: str) -> int:
     """A header sequence number; anything unparsable never matches (nats-server reads it as
     -1, i.e. the largest uint64)."""
@@ -265,6 +275,10 @@ class Stream:
         self._itr: Transform | None = None  # subject_transform
         self._rtr: Transform | None = None  # republish
         self._compile_transforms()
+        self.source_positions = SourcePositions()
+        # STREAM.INFO's ``mirror``/``sources`` members: set by the runtime that runs them
+        # (the stream leader); None elsewhere (the members then show no activity).
+        self.source_info: Callable[[], dict[str, Any]] | None = None
 
     def _compile_transforms(self) -> None:
         self._itr = self.config.input_transform()
@@ -376,10 +390,14 @@ class Stream:
         subject = itr.match(e.subject, rng)
         if subject is None or subject == e.subject:
             return e
+        if isinstance(e, CopyMsg):
+            return CopyMsg(subject, e.reply, e.hdr, e.data, e.ts_ns, e.seq)
         return StoreMsg(subject, e.reply, e.hdr, e.data, e.ts_ns)
 
     def _apply_msg(self, e: StoreMsg) -> PubAck:
         cfg = self.config
+        if cfg.sources or cfg.mirror is not None:
+            return self._apply_sourced(e)
         if self._itr is not None:
             e = self._transformed(e, self._itr)
         if (
@@ -406,6 +424,45 @@ class Stream:
             self._remember("", seq, e.ts_ns)
         self._stored(seq, subject, removed)
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
+
+    def stored_headers_newest_first(self) -> Iterator[bytes | None]:
+        store = self.store
+        msg = store.load_last()
+        while msg is not None:
+            yield msg.hdr
+            msg = store.load_prev(msg.seq - 1) if msg.seq > 1 else None
+
+    def _apply_sourced(self, e: StoreMsg) -> PubAck:
+        """A message of a mirror or of a sourcing stream: one the stream holds already (a
+        leader change or a restart read it again) is answered as a duplicate, not stored."""
+        if self.config.mirror is not None:
+            return self._apply_mirrored(e)
+        pos = source_position(e.hdr) if _copy_seq(e) == SOURCED else None
+        sp = self.source_positions
+        if pos is not None and sp.is_duplicate(
+            self.config, pos, self.stored_headers_newest_first
+        ):
+            return PubAck(e.reply, self.name, self.last_seq, True, None, self.domain)
+        if self._itr is not None:
+            e = self._transformed(e, self._itr)
+        ack = self._apply_msg_checked(e)
+        if pos is not None and ack.error is None:
+            sp.advance(pos)
+        return ack
+
+    def _apply_mirrored(self, e: StoreMsg) -> PubAck:
+        """A mirror stores at the origin's sequence: below or at its last one is a message it
+        holds; a gap before it is skipped, so the sequences stay the origin's."""
+        store = self.store
+        last = store.last_seq
+        seq = _copy_seq(e) or last + 1
+        if seq <= last:
+            return PubAck(e.reply, self.name, seq, True, None, self.domain)
+        if seq > last + 1:
+            store.skip_msgs(last + 1, seq - last - 1)
+        stored, removed = store.store(e.subject, e.hdr or None, e.data, e.ts_ns)
+        self._stored(stored, e.subject, removed)
+        return PubAck(e.reply, self.name, stored, False, None, self.domain)
 
     def _stored(self, seq: int, subject: str, removed: list[int]) -> None:
         """A message is stored at `seq`: tell what the limits removed to make room, then
@@ -561,11 +618,13 @@ class Stream:
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
         """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
         cfg = self.config
+        if _copy_seq(e) != SOURCED and "nats-stream-source" in h:
+            return E.api_error(10227)  # only a source may say where a message came from
         expected = h.get(EXPECTED_STREAM)
         if expected and expected != cfg.name:
             return E.expected_stream_mismatch()
         ttl_text = h.get(MSG_TTL)
-        if ttl_text is not None and not cfg.allow_msg_ttl:
+        if ttl_text is not None and not cfg.allow_msg_ttl and _copy_seq(e) != SOURCED:
             try:
                 ttl = parse_ttl_s(ttl_text)
             except ApiError:
@@ -654,6 +713,8 @@ class Stream:
         self.config = cfg
         self._compile_transforms()
         self._prune_due = -1  # the window may have changed
+        if cfg.sources != old.sources:
+            self.source_positions.reset()
         removed = self.store.update_limits(limits_of(cfg))
         if removed:
             self._tell_removed(removed)
@@ -802,6 +863,7 @@ class Stream:
         the state it kept beside the store (see ``beside_store``)."""
         self.config = config
         self._compile_transforms()
+        self.source_positions.reset()
         self.store.update_limits(limits_of(config))
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
         self._prune_due = -1

@@ -22,6 +22,8 @@ from jetraft.jetstream.direct_get import handle_direct_get, handle_direct_get_la
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.models import format_time, go_json_error, parse_time
 from jetraft.jetstream.msg_get import MsgGetRequest, Uint64
+from jetraft.jetstream.source_config import check_cycle
+from jetraft.jetstream.sourcing import source_info
 from jetraft.jetstream.stream import DeleteMsg, Entry, OpResult, Purge, Result, Stream
 from jetraft.jetstream.stream_config import (
     StreamConfig,
@@ -194,6 +196,10 @@ def stream_info(
     }
     if with_cluster:
         info["cluster"] = {"leader": ctx.server_name}
+    cfg = stream.config
+    if cfg.mirror is not None or cfg.sources:
+        running = stream.source_info
+        info.update(running() if running is not None else source_info(cfg, {}, 0))
     info["ts"] = format_time(ctx.now_ns())
     return info
 
@@ -226,6 +232,14 @@ def _err(kind: str, exc: ApiError, **extra: Any) -> dict[str, Any]:
 
 
 def _check_overlap(ctx: StreamApiContext, cfg: StreamConfig) -> None:
+    if cfg.sources or cfg.mirror is not None:
+        streams = ctx.streams
+
+        def lookup(name: str) -> StreamConfig | None:
+            found = streams.get(name)
+            return None if found is None else found.config
+
+        check_cycle(cfg, lookup)
     for other in ctx.streams.values():
         if other.name == cfg.name:
             continue

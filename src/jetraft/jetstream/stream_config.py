@@ -3,9 +3,9 @@ with nats-server's error codes and texts, and encoding it back.
 
 Unknown request fields are refused with 10025 (``json: unknown field "x"``): nats-server runs in
 strict mode by default since 2.11, and clients are written against it. Every field nats-server
-knows is accepted by the decoder; features jetraft does not implement (mirrors, sources, counters,
-atomic/batched publish, schedules) are refused with a clear 10052 instead of being silently
-ignored.
+knows is accepted by the decoder; features jetraft does not implement (sourcing from other
+accounts or domains, counters, atomic/batched publish, schedules) are refused with a clear
+10052 instead of being silently ignored.
 
 The normalised config is what the stream runs with, what is persisted, and what is echoed back
 (with ``-1`` for unlimited and the defaults filled in, which nats-py's tests compare).
@@ -26,6 +26,7 @@ from jetraft.jetstream.errors import (
     stream_invalid_config,
 )
 from jetraft.jetstream.models import go_json_error
+from jetraft.jetstream.source_config import check_mirror, check_sources, source_to_wire
 from jetraft.protocol.subjects import filters_overlap, is_subset, is_valid_filter
 from jetraft.protocol.transform import SubjectTransform as Transform
 from jetraft.protocol.transform import TransformError, validate_mapping
@@ -192,6 +193,8 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     no_ack: bool = False
     duplicate_window: int = DEFAULT_DUPLICATE_WINDOW_NS
     placement: Placement | None = None
+    mirror: StreamSource | None = None
+    sources: tuple[StreamSource, ...] = ()
     compression: str = "none"
     first_seq: int = 0
     # UNSET when absent: left out of the encoded config, so a config without them encodes
@@ -245,8 +248,6 @@ def _unlimited(value: int, what: str, pedantic: bool) -> int:
 
 def _check_unsupported(req: StreamConfigRequest) -> None:
     unsupported = (
-        (req.mirror is not None, "stream mirrors"),
-        (bool(req.sources), "stream sources"),
         (req.allow_msg_counter, "message counters"),
         (req.allow_atomic, "atomic publish"),
         (req.allow_batched, "batch publish"),
@@ -308,7 +309,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         raise stream_invalid_config("max age can not be negative")
     if 0 < max_age < 100 * NS_PER_MS:
         raise stream_invalid_config("max age needs to be >= 100ms")
-    window = _duplicate_window(req.duplicate_window, max_age, ped)
+    sourcing = req.mirror is not None or bool(req.sources)
+    window = _duplicate_window(req.duplicate_window, max_age, ped, sourcing)
     if req.deny_purge and req.allow_rollup_hdrs:
         raise stream_invalid_config("roll-ups require the purge permission")
     if req.discard_new_per_subject:
@@ -341,6 +343,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         raise stream_invalid_config("async persist mode is only supported on file storage")
     if persist_mode == "async" and replicas > 1:
         raise stream_invalid_config("async persist mode is not supported on replicated streams")
+    mirror = check_mirror(req)
+    sources = check_sources(req)
     subjects = _check_subjects(req)
     transform = _check_transform(req.subject_transform)
     republish = _check_republish(req.republish, transform, subjects, ped)
@@ -371,6 +375,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         no_ack=req.no_ack,
         duplicate_window=window,
         placement=placement,
+        mirror=mirror,
+        sources=sources,
         compression=req.compression,
         first_seq=req.first_seq,
         subject_transform=msgspec.UNSET if transform is None else transform,
@@ -390,7 +396,9 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
     )
 
 
-def _duplicate_window(window: int, max_age: int, pedantic: bool) -> int:
+def _duplicate_window(window: int, max_age: int, pedantic: bool, sourcing: bool) -> int:
+    if window == 0 and sourcing:
+        return 0  # nats-server leaves a mirror's or sourcing stream's window unset
     if window == 0:
         if max_age != 0 and max_age < DEFAULT_DUPLICATE_WINDOW_NS:
             if pedantic:
@@ -409,6 +417,8 @@ def _duplicate_window(window: int, max_age: int, pedantic: bool) -> int:
 
 def _check_subjects(req: StreamConfigRequest) -> tuple[str, ...]:
     if not req.subjects:
+        if req.mirror is not None or req.sources:
+            return ()
         return (req.name,)
     seen: set[str] = set()
     subjects = req.subjects
@@ -511,6 +521,8 @@ def check_update(old: StreamConfig, new: StreamConfig) -> StreamConfig:
         raise stream_invalid_config("stream configuration update can not cancel deny purge")
     if old.allow_msg_ttl and not new.allow_msg_ttl:
         raise stream_invalid_config("message TTL status can not be disabled")
+    if new.mirror is not None and new.mirror != old.mirror:
+        raise api_error(10055)
     if old.persist_mode != new.persist_mode:
         raise stream_invalid_config("stream configuration update can not change persist mode")
     if new.sealed:
@@ -533,7 +545,8 @@ def to_wire(cfg: StreamConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"name": cfg.name}
     if cfg.description:
         out["description"] = cfg.description
-    out["subjects"] = list(cfg.subjects)
+    if cfg.subjects:
+        out["subjects"] = list(cfg.subjects)
     out["retention"] = cfg.retention
     out["max_consumers"] = cfg.max_consumers
     out["max_msgs"] = cfg.max_msgs
@@ -550,6 +563,10 @@ def to_wire(cfg: StreamConfig) -> dict[str, Any]:
         out["duplicate_window"] = cfg.duplicate_window
     if cfg.placement is not None:
         out["placement"] = msgspec.to_builtins(cfg.placement)
+    if cfg.mirror is not None:
+        out["mirror"] = source_to_wire(cfg.mirror)
+    if cfg.sources:
+        out["sources"] = [source_to_wire(src) for src in cfg.sources]
     out["compression"] = cfg.compression
     if cfg.first_seq:
         out["first_seq"] = cfg.first_seq

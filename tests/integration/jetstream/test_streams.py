@@ -404,9 +404,12 @@ async def test_required_api_level(nc: nats.NATS) -> None:
 
 @pytest.mark.skipif(VS_NATS, reason="jetraft refuses features it does not implement")
 async def test_unsupported_features_are_refused_clearly(nc: nats.NATS) -> None:
-    resp = await api(nc, "STREAM.CREATE.M", {"name": "M", "mirror": {"name": "X"}})
+    resp = await api(nc, "STREAM.CREATE.M", {"name": "M", "mirror": {
+        "name": "X", "external": {"api": "$JS.hub.API"}}})
     assert err(resp)[:2] == (500, 10052)
     assert "not supported" in err(resp)[2]
+    resp = await api(nc, "STREAM.CREATE.M", {"name": "M", "allow_msg_counter": True})
+    assert err(resp)[:2] == (500, 10052)
 
 
 async def test_direct_get_multi_last(nc: nats.NATS) -> None:

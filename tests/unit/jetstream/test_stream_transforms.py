@@ -86,10 +86,10 @@ def test_config_errors() -> None:
         "'b.{{bad(1)}}' not valid")
     assert error_of(republish={"dest": "x.>"}, pedantic=True) == (
         10157, "pedantic mode: republish source can not be empty")
-    # Transforms inside sources and mirrors stay refused with the sources themselves.
-    code, _ = error_of(sources=[{"name": "X", "subject_transforms": [{"src": ">",
-                                                                     "dest": "y.>"}]}])
-    assert code == 10052
+    # Transforms inside sources are checked with the source's own codes.
+    code, _ = error_of(sources=[{"name": "X", "subject_transforms": [{"src": "a.*",
+                                                                     "dest": "y.$2"}]}])
+    assert code == 10146
 
 
 def test_empty_transform_destination_means_none() -> None:

@@ -55,6 +55,7 @@ from jetraft.server.core.router import Router
 from jetraft.server.js.commit import CommitQueue, Prepared, note_job
 from jetraft.server.js.consumers import ConsumerEnv, StreamConsumers
 from jetraft.server.js.expiry import ExpiryTimer
+from jetraft.server.js.sourcing import Sourcer
 from jetraft.server.js.store_glue import CONSUMERS_DIR, prepare_sync, remove_stream_dir
 
 log = logging.getLogger("jetraft.js.streams")
@@ -111,6 +112,12 @@ class StreamRuntime:
         self._expiry_scheduled = False
         self._lazy_timer: asyncio.TimerHandle | None = None
         self.expiry = ExpiryTimer(lambda: self._stream, self._expire)
+        self.sourcer = Sourcer(
+            InternalClient(acct.router, acct.account, f"sourcing {stream.name}"),
+            lambda: self._stream,
+            self._store_sourced,
+            stream.name,
+        )
         self._republished: list[tuple[str, bytes, bytes]] = []
 
     # --- identity ----------------------------------------------------------------------------
@@ -168,6 +175,24 @@ class StreamRuntime:
         self.subscribe()
         if self._lazy_timer is None:
             self._arm_lazy_timer()
+        self._run_sources()
+
+    def _run_sources(self) -> None:
+        cfg = self.stream.config
+        if cfg.mirror is not None or cfg.sources:
+            self.stream.source_info = self.sourcer.info
+            self.sourcer.start()
+        else:
+            self.sourcer.stop()
+
+    async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
+        acks = []
+        for entry in entries:
+            result = self.propose(entry)
+            if not isinstance(result, PubAck):
+                raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
+            acks.append(result)
+        return acks
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -177,6 +202,7 @@ class StreamRuntime:
         self.consumers.restore()
         self._arm_expiry()
         self._arm_lazy_timer()
+        self._run_sources()
 
     def subscribe(self) -> None:
         for sub in list(self.client.subs.values()):
@@ -202,6 +228,8 @@ class StreamRuntime:
     def _stop_intake(self) -> None:
         self.closed = True
         self.stream.republisher = None
+        self.sourcer.stop()
+        self.sourcer.client.close()
         self.client.close()
         self.expiry.cancel()
         if self._lazy_timer is not None:

@@ -38,6 +38,7 @@ from jetraft.jetstream.meta import (
 )
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.placement import PlacementError, group_name, select_peers
+from jetraft.jetstream.source_config import check_cycle
 from jetraft.jetstream.stream_config import StreamConfig, check_update, to_wire
 from jetraft.protocol.subjects import filters_overlap
 from jetraft.server.js.clustered.group import peer_id
@@ -134,7 +135,16 @@ class _Strict:
 
 
 def _check_overlap(api: ClusterApi, cfg: StreamConfig) -> None:
-    for (acc, name), sa in api.js.meta.state.streams.items():
+    streams = api.js.meta.state.streams
+    if cfg.sources or cfg.mirror is not None:
+        account = api.account.name
+
+        def lookup(name: str) -> StreamConfig | None:
+            sa = streams.get((account, name))
+            return None if sa is None else sa.config
+
+        check_cycle(cfg, lookup)
+    for (acc, name), sa in streams.items():
         if acc != api.account.name or name == cfg.name:
             continue
         for mine in cfg.subjects:

@@ -65,6 +65,7 @@ from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.expiry import ExpiryTimer
+from jetraft.server.js.sourcing import Sourcer
 
 log = logging.getLogger("jetraft.js.stream")
 
@@ -121,6 +122,13 @@ class StreamReplica:
         self.stream = self._make_stream(host, sa)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
+        # The leader reads the stream's origins (mirror / sources) and proposes the copies.
+        self.sourcer = Sourcer(
+            InternalClient(host.router, account, f"sourcing {sa.account} > {sa.name}"),
+            lambda: self.stream,
+            self._store_sourced,
+            f"{sa.account} > {sa.name}",
+        )
         self._direct_waits: set[asyncio.Task[None]] = set()
         self.group = RaftGroup(
             host, sa.group, self, () if joining else sa.peers, on_role=self._on_role
@@ -188,6 +196,7 @@ class StreamReplica:
         self._lose_leadership()
         self.client.close()
         self.direct.close()
+        self.sourcer.client.close()
 
     def serve_direct(self, handler: DirectHandler | None) -> None:
         """Every replica of a stream with allow_direct answers DIRECT.GET; a queue group
@@ -250,7 +259,33 @@ class StreamReplica:
             self._pace_snapshots()
         if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
             self.expiry.arm()
+            if isinstance(e, UpdateConfig):
+                self._run_sources()
         return result
+
+    def _run_sources(self) -> None:
+        cfg = self.stream.config
+        if cfg.mirror is not None or cfg.sources:
+            self.stream.source_info = self.sourcer.info
+            self.sourcer.start()
+        else:
+            self.sourcer.stop()
+
+    async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
+        """The copies as one log entry, like a batch of publishes; their PubAcks once
+        applied here."""
+        node = self.group.node
+        if node is None or not self._leading:
+            raise NotLeader("")
+        if self._batch:
+            self._propose_publishes()  # publishes taken before keep their place
+        entry: LogEntry = StoreBatch(entries)
+        applied = await asyncio.wait_for(node.propose_nowait(encode_entry(entry)),
+                                         PROPOSE_TIMEOUT_S)
+        result = applied.result
+        if not isinstance(result, list):
+            raise RuntimeError(f"stream {self.name}: unexpected result {result!r}")
+        return [r for r in result if isinstance(r, PubAck)]
 
     def _pace_snapshots(self) -> None:
         """A snapshot holds the whole stream, so take one only every max(8192, messages)
@@ -299,6 +334,7 @@ class StreamReplica:
             self.expiry.arm()
             self.reconcile()
             self.recheck_retention()  # what a previous leader may not have retired
+            self._run_sources()
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
         self.host.stream_leader_changed(self)
@@ -309,6 +345,8 @@ class StreamReplica:
     def _lose_leadership(self) -> None:
         self._leading = False
         self.stream.republisher = None
+        self.sourcer.stop()
+        self.stream.source_info = None
         self._batch = []  # not proposed: their publishers hear nothing and retry
         self._batch_bytes = 0
         self._own.clear()
