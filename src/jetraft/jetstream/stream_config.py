@@ -193,8 +193,11 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     no_ack: bool = False
     duplicate_window: int = DEFAULT_DUPLICATE_WINDOW_NS
     placement: Placement | None = None
-    mirror: StreamSource | None = None
-    sources: tuple[StreamSource, ...] = ()
+    # UNSET when absent, as subject_transform below: read them as ``mirror`` / ``sources``.
+    mirror_of: StreamSource | msgspec.UnsetType = msgspec.field(
+        default=msgspec.UNSET, name="mirror")
+    sources_of: tuple[StreamSource, ...] | msgspec.UnsetType = msgspec.field(
+        default=msgspec.UNSET, name="sources")
     compression: str = "none"
     first_seq: int = 0
     # UNSET when absent: left out of the encoded config, so a config without them encodes
@@ -213,6 +216,16 @@ class StreamConfig(msgspec.Struct, frozen=True, kw_only=True):
     subject_delete_marker_ttl: int = 0
     persist_mode: str = "default"
     metadata: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @property
+    def mirror(self) -> StreamSource | None:
+        m = self.mirror_of
+        return None if isinstance(m, msgspec.UnsetType) else m
+
+    @property
+    def sources(self) -> tuple[StreamSource, ...]:
+        s = self.sources_of
+        return () if isinstance(s, msgspec.UnsetType) else s
 
     @property
     def discard_new(self) -> bool:
@@ -375,8 +388,8 @@ def normalise(req: StreamConfigRequest) -> StreamConfig:
         no_ack=req.no_ack,
         duplicate_window=window,
         placement=placement,
-        mirror=mirror,
-        sources=sources,
+        mirror_of=msgspec.UNSET if mirror is None else mirror,
+        sources_of=sources or msgspec.UNSET,
         compression=req.compression,
         first_seq=req.first_seq,
         subject_transform=msgspec.UNSET if transform is None else transform,
