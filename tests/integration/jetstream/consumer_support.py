@@ -146,3 +146,36 @@ def status_of(msg: Msg) -> tuple[str, str] | None:
 
 async def pull(nc: nats.NATS, stream: str, consumer: str, body: bytes, inbox: Inbox) -> None:
     await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, reply=inbox.subject)
+
+
+async def on_both_servers(
+    tmp_path: Path, scenario: Callable[[str], Awaitable[Any]]
+) -> tuple[Any, Any]:
+    """Differential tests: ``scenario(url)`` on a real nats-server, then on an in-process
+    jetraft server, each with JetStream in a directory of its own; (theirs, ours)."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
+         str(tmp_path / "nats")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _wait_port(port)
+        theirs = await scenario(f"nats://127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    from jetraft.config import parse_config
+    from jetraft.server.server import Server
+
+    server = Server(
+        parse_config(f'listen: 127.0.0.1:-1\njetstream {{ store_dir: "{tmp_path / "jetraft"}" }}\n')
+    )
+    await server.start()
+    try:
+        ours = await scenario(f"nats://127.0.0.1:{server.client_port}")
+    finally:
+        await server.stop()
+    return theirs, ours

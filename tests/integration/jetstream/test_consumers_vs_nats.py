@@ -3,19 +3,19 @@ ConsumerInfo answers must agree (times, server metadata and inbox names aside)."
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import os
-import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from tests.integration.jetstream.consumer_support import nats_server_binary, wait_for
+from tests.integration.jetstream.consumer_support import (
+    nats_server_binary,
+    on_both_servers,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(nats_server_binary()), reason="nats-server binary not installed"
@@ -105,51 +105,8 @@ async def _scenario(url: str) -> dict[str, Any]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_consumer_info_matches_nats_server(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            nats_server_binary(),
-            "-a",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-js",
-            "-sd",
-            str(tmp_path / "nats"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            await asyncio.sleep(0.02)
-        theirs = await _scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(
-        parse_config(
-            'listen: 127.0.0.1:-1\njetstream { store_dir: "%s" }\n' % (tmp_path / "jetraft")
-        )
-    )
-    await server.start()
-    try:
-        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_servers(tmp_path, _scenario)
     assert ours.keys() == theirs.keys()
     for key in theirs:
         assert ours[key] == theirs[key], key

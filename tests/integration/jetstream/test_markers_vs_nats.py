@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
-import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ from typing import Any
 import nats
 import pytest
 
-from tests.integration.jetstream.consumer_support import nats_server_binary
+from tests.integration.jetstream.consumer_support import nats_server_binary, on_both_servers
 
 pytestmark = pytest.mark.skipif(
     not Path(nats_server_binary()).exists(), reason="nats-server binary not installed"
@@ -89,43 +86,8 @@ async def _scenario(url: str) -> dict[str, Any]:
     return out
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def test_subject_delete_markers_match_nats_server(tmp_path: Path) -> None:
-    port = _free_port()
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
-         str(tmp_path / "nats")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            await asyncio.sleep(0.02)
-        theirs = await _scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(
-        parse_config(
-            'listen: 127.0.0.1:-1\njetstream { store_dir: "%s" }\n' % (tmp_path / "jetraft")
-        )
-    )
-    await server.start()
-    try:
-        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_servers(tmp_path, _scenario)
     assert ours == theirs
     # What the comparison rests on (nats-server's own answers):
     assert theirs["seq 5"][0] == "m.alone" and "Nats-Marker-Reason: MaxAge" in theirs["seq 5"][2]

@@ -6,9 +6,6 @@ nature (a hash of the origin's creation time), so it is compared by shape."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -17,8 +14,8 @@ import nats
 import pytest
 from nats.js.api import StreamSource
 
-from tests.integration.jetstream.consumer_support import nats_server_binary
-from tests.integration.jetstream.js_helpers import api, free_port
+from tests.integration.jetstream.consumer_support import nats_server_binary, on_both_servers
+from tests.integration.jetstream.js_helpers import api
 from tests.integration.jetstream.test_sources import _msgs
 
 pytestmark = pytest.mark.skipif(
@@ -73,36 +70,7 @@ async def _scenario(url: str) -> dict[str, Any]:
 
 
 async def test_sources_and_mirror_match_nats_server(tmp_path: Path) -> None:
-    port = free_port()
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
-         str(tmp_path / "nats")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            await asyncio.sleep(0.02)
-        theirs = await _scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(
-        parse_config(
-            'listen: 127.0.0.1:-1\njetstream { store_dir: "%s" }\n' % (tmp_path / "jetraft")
-        )
-    )
-    await server.start()
-    try:
-        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_servers(tmp_path, _scenario)
     assert ours == theirs
     # What the comparison rests on (nats-server's own answers):
     assert theirs["S2"][0][2] == "NATS/1.0\r\nNats-Stream-Source: O2 1 > > p\r\n\r\n"
