@@ -16,7 +16,9 @@ Files in the group's directory:
   reports it again until ``clear_corruption()``, so a restart cannot forget that this
   replica may have lost entries it acknowledged.
 * ``ACKED``: with ``CORRUPT``, the furthest end of the log (last index and term) that a
-  hard-state record named, read from behind the damage (``Recovered.acked_tail``): it
+  valid record names, hard states and entries, read from behind the damage too
+  (``Recovered.acked_tail``; an entry counts because the damage may have taken both
+  hard-state copies after its batch): it
   bounds what this replica acknowledged before the damage and since. Kept as the
   largest seen, until ``clear_corruption()``: the log written after a repair ends lower.
 * ``*.corrupt``: damaged files moved aside, never deleted.

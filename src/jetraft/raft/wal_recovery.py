@@ -95,7 +95,8 @@ class Scan:
     entries: list[Entry]
     problems: list[str]  # corruption found now
     # The end of the log, (last index, last term), that the newest hard-state record
-    # names, read from behind any damage too (None: no record names one).
+    # names; with damage, the furthest end any valid record names, read from behind the
+    # damage too (None: no record names one).
     tail: tuple[int, int] | None
     prior_problems: str  # the content of an existing CORRUPT marker ("" if none)
     segments: list[Segment]  # segments that stay, oldest first (ranges as recovered)
@@ -196,13 +197,18 @@ def scan(disk: Disk, dirname: str) -> Scan:
         seg = Segment(seq, name, len(data))
         replay.segments.append(seg)
         if not _replay_segment(replay, seg, data, k == len(seg_names) - 1, result):
-            # Damage: keep what came before; still take hard states from behind it.
+            # Damage: keep what came before; still take hard states from behind it, and
+            # the furthest log end any record there names (see _Evidence).
             assert result.bad_segment is seg
-            hs = _last_hard_state(data, result.bad_offset + 1)
+            found = _Evidence(replay.tail)
+            if replay.kept:
+                found.raise_to((replay.kept[-1].index, replay.kept[-1].term))
+            found.read(data, result.bad_offset + 1)
             for _, later in seg_names[k + 1 :]:
-                hs = _last_hard_state(disk.read(os.path.join(dirname, later)), 0) or hs
-            if hs is not None:
-                replay.hard_state, replay.tail = hs
+                found.read(disk.read(os.path.join(dirname, later)), 0)
+            if found.hard_state is not None:
+                replay.hard_state = found.hard_state
+            replay.tail = found.furthest
             result.move_aside.extend(n for _, n in seg_names[k:])
             del replay.segments[k:]
             break
@@ -237,21 +243,44 @@ def _replay_segment(replay: _Replay, seg: Segment, data: bytes, last: bool, out:
     return True
 
 
-def _last_hard_state(data: bytes, pos: int) -> HardStateRecord | None:
-    """The last valid hard-state record at or after ``pos``, skipping over bad bytes."""
-    found: HardStateRecord | None = None
-    while True:
-        rec = decode_at(data, pos)
-        if isinstance(rec, str):
-            nxt = find_next_valid(data, pos + 1)
-            if nxt is None:
-                return found
-            pos = nxt
-            continue
-        if rec.rtype == REC_HARD_STATE:
-            assert isinstance(rec.value, HardStateRecord)
-            found = rec.value
-        pos = rec.end
+class _Evidence:
+    """What the valid records behind damage still tell: the last hard state, and the
+    furthest end of the log (raft's order: term, then index) that any of them names.
+
+    The tail a hard-state record names bounds what the replica acknowledged, but the
+    damage may have taken every hard-state record after the last batch (both copies):
+    the batch's entry records are evidence too, since a log once ended at each of them
+    (cluster simulator seed 554604212: entry 68 survived, both copies after it did not,
+    and the replica voted for a log ending at 67)."""
+
+    def __init__(self, tail: tuple[int, int] | None) -> None:
+        self.hard_state: HardState | None = None
+        self.furthest = tail
+
+    def raise_to(self, tail: tuple[int, int]) -> None:
+        if self.furthest is None or (tail[1], tail[0]) > (self.furthest[1], self.furthest[0]):
+            self.furthest = tail
+
+    def read(self, data: bytes, pos: int) -> None:
+        """Take the valid records at or after ``pos``, skipping over bad bytes."""
+        while True:
+            rec = decode_at(data, pos)
+            if isinstance(rec, str):
+                nxt = find_next_valid(data, pos + 1)
+                if nxt is None:
+                    return
+                pos = nxt
+                continue
+            value = rec.value
+            if rec.rtype == REC_HARD_STATE:
+                assert isinstance(value, HardStateRecord)
+                self.hard_state = value.hs
+                if value.tail is not None:
+                    self.raise_to(value.tail)
+            elif rec.rtype == REC_ENTRY:
+                assert isinstance(value, Entry)
+                self.raise_to((value.index, value.term))
+            pos = rec.end
 
 
 def _final_entries(

@@ -298,3 +298,27 @@ def test_damage_reported_before_the_end_was_kept_tells_no_end(env: Env) -> None:
     wal.close()
     _wal, rec = env.open()
     assert rec.corrupt == "damage found earlier" and rec.acked_tail is None
+
+
+def test_entries_behind_the_damage_raise_the_acknowledged_end(env: Env) -> None:
+    """Both hard-state copies after the last batch are damaged, and an entry of the
+    batch: the batch's surviving entry still says how far the log reached, so the bound
+    on what the replica acknowledged is not taken from an older hard state."""
+    wal, _ = env.open()
+    wal.append(ents(1, 5))
+    wal.set_hard_state(HardState(1, "a", 3))
+    wal.sync()
+    wal.append(ents(6, 7))
+    wal.sync()
+    wal.close()
+    (seg,) = env.segments()
+    written = ents(1, 7)
+    hs_len = len(encode_hard_state(HardState(1, "a", 3), (7, 1)))
+    size = env.disk.size(env.path(seg))
+    env.flip(seg, offset_of(written, 6) + 5)  # entry 6
+    env.flip(seg, size - 2 * hs_len + 5)  # first copy after the batch
+    env.flip(seg, size - hs_len + 5)  # second copy
+    wal, rec = env.open()
+    assert rec.corrupt is not None and rec.entries == ents(1, 5)
+    assert rec.acked_tail == (7, 1)
+    wal.close()
