@@ -35,6 +35,8 @@ MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
 MAX_MULTI_RESULTS = 1024
 # What the sender writes per event-loop turn before yielding to other work.
 DIRECT_SLICE_BYTES = 256 * 1024
+# Messages a batch loads from the store per call (unfiltered batches).
+_RUN_MSGS = 256
 
 
 def load_one(stream: Stream, req: MsgGetRequest, start_ns: int | None) -> StoredMsg | None:
@@ -214,25 +216,49 @@ def direct_answer(
 
 
 def _direct_batch(
-    stream: Stream, req: MsgGetRequest, msg: StoredMsg | None, pending: int, limit_bytes: int
+    stream: Stream, req: MsgGetRequest, msg: StoredMsg, pending: int, limit_bytes: int
 ) -> Iterator[RawReply]:
     store = stream.store
     sent = sent_bytes = last = 0
-    while msg is not None:
-        pending = max(pending - 1, 0)
-        tail = _pending_tail(pending, last)
-        hdr = None if req.no_hdr else _direct_headers(stream.name, msg, tail)
-        yield RawReply(hdr, msg.data)
-        last, sent = msg.seq, sent + 1
-        sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
-        if sent >= req.batch or sent_bytes >= limit_bytes:
-            break
-        if req.next_by_subj:
-            msg = store.load_next(msg.seq + 1, req.next_by_subj)
+    name = stream.name
+    no_hdr = req.no_hdr
+    filt = req.next_by_subj
+    # Our headers for a message without stored ones, as _direct_headers(..., _pending_tail())
+    # writes them, in one format per message.
+    head = f"NATS/1.0\r\nNats-Stream: {name}\r\nNats-Subject: "
+    run = [msg]
+    while run:
+        for msg in run:
+            if pending > 0:
+                pending -= 1
+            if no_hdr:
+                hdr = None
+            elif msg.headers is None:
+                hdr = (
+                    f"{head}{msg.subject}\r\nNats-Sequence: {msg.seq}\r\n"
+                    f"Nats-Time-Stamp: {format_time(msg.ts_ns)}\r\n"
+                    f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n\r\n"
+                ).encode()
+            else:
+                hdr = _direct_headers(name, msg, _pending_tail(pending, last))
+            yield RawReply(hdr, msg.data)
+            last, sent = msg.seq, sent + 1
+            sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
+            if sent >= req.batch or sent_bytes >= limit_bytes:
+                run = []
+                break
         else:
-            # Unfiltered batches mostly walk consecutive sequences: a direct load is cheaper
-            # than a search; a deleted sequence falls back to the search.
-            msg = store.load(msg.seq + 1) or store.load_next(msg.seq + 1)
+            if filt:
+                found = store.load_next(last + 1, filt)
+                run = [found] if found is not None else []
+            else:
+                # Unfiltered batches walk consecutive sequences: one store call per run
+                # (bounded like a slice, so a run never holds much more than one).
+                run = store.load_run(
+                    last + 1,
+                    min(req.batch - sent, _RUN_MSGS),
+                    min(limit_bytes - sent_bytes, DIRECT_SLICE_BYTES),
+                )
     eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
     yield RawReply(encode_headers(eob, status=204, description="EOB"), b"")
 

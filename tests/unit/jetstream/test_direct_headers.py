@@ -6,8 +6,12 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from jetraft.jetstream.direct_get import _direct_headers, _pending_tail
+from jetraft.jetstream import direct_get
+from jetraft.jetstream.api import RawReply
+from jetraft.jetstream.direct_get import _direct_headers, _pending_tail, direct_answer
 from jetraft.jetstream.models import format_time, parse_time
+from jetraft.jetstream.msg_get import MsgGetRequest
+from jetraft.jetstream.store import MemoryStore
 from jetraft.jetstream.store.types import StoredMsg
 from jetraft.protocol.headers import encode_headers, parse_headers
 
@@ -71,3 +75,80 @@ def test_stored_headers_come_first_then_ours(
     parsed = parse_headers(block)
     assert parsed.status == status
     assert list(parsed.items) == [*items, *ours]
+
+
+class _Stream:
+    """What a batch answer reads of a stream: its name and store."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.name = "ORDERS"
+        self.store = store
+
+
+def _reference_batch(
+    store: MemoryStore, start: int, batch: int, limit_bytes: int, no_hdr: bool
+) -> list[RawReply]:
+    """A batch answer built the plain way: one load_next and one _direct_headers per message."""
+    out: list[RawReply] = []
+    msg = store.load_next(start)
+    if msg is None:
+        return out
+    pending = store.num_pending(start, None)
+    sent = sent_bytes = last = 0
+    while msg is not None:
+        pending = max(pending - 1, 0)
+        hdr = None if no_hdr else _direct_headers("ORDERS", msg, _pending_tail(pending, last))
+        out.append(RawReply(hdr, msg.data))
+        last, sent = msg.seq, sent + 1
+        sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
+        if sent >= batch or sent_bytes >= limit_bytes:
+            break
+        msg = store.load_next(msg.seq + 1)
+    eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
+    out.append(RawReply(encode_headers(eob, status=204, description="EOB"), b""))
+    return out
+
+
+@given(
+    msgs=st.lists(
+        st.tuples(_subjects, st.booleans(), st.binary(max_size=40), st.booleans()),
+        min_size=1,
+        max_size=40,
+    ),
+    start=st.integers(0, 45),
+    batch=st.integers(1, 50),
+    limit_bytes=st.sampled_from([1, 30, 200, 64 * 1024 * 1024]),
+    no_hdr=st.booleans(),
+    run=st.sampled_from([1, 3, 256]),
+)
+def test_batch_answers_match_one_load_per_message(
+    msgs: list[tuple[str, bool, bytes, bool]],
+    start: int,
+    batch: int,
+    limit_bytes: int,
+    no_hdr: bool,
+    run: int,
+) -> None:
+    """A batch loads runs of messages and formats plain ones in one piece: the answers are
+    byte for byte those of one load and one general header block per message (stored
+    headers, deleted sequences, byte and count bounds included)."""
+    store = MemoryStore()
+    stored_hdr = encode_headers([("X-Key", "v")])
+    for i, (subject, with_hdr, data, delete) in enumerate(msgs):
+        seq, _ = store.store(subject, stored_hdr if with_hdr else None, data, 10**18 + i * 7919)
+        if delete:
+            store.remove(seq)
+    want = _reference_batch(store, max(start, 1), batch, limit_bytes, no_hdr)
+    req = MsgGetRequest(seq=start, batch=batch, no_hdr=no_hdr)
+    saved = direct_get._RUN_MSGS
+    direct_get._RUN_MSGS = run  # runs end inside the batch too
+    try:
+        got = direct_answer(_Stream(store), req, None, None, limit_bytes)  # type: ignore[arg-type]
+        answers = got if isinstance(got, RawReply) else list(got)
+    finally:
+        direct_get._RUN_MSGS = saved
+    if not want:
+        assert isinstance(answers, RawReply) and answers.hdr is not None
+        assert b" 404 " in answers.hdr
+        return
+    assert answers == want

@@ -304,6 +304,40 @@ class BaseStore:
         seq = ix.next_seq(start_seq, ix.select(normalize(filters)))
         return self._read(seq) if seq else None
 
+    def load_run(self, start_seq: int, max_msgs: int, max_bytes: int = 0) -> list[StoredMsg]:
+        """What ``load_next`` (no filter) returns called again and again from ``start_seq``
+        on: up to ``max_msgs`` live messages in sequence order, deleted sequences skipped,
+        stopping after the one that brings their size (subject, headers and data) to
+        ``max_bytes`` (0: no byte bound). The batch reads (DIRECT.GET) walk runs of
+        consecutive sequences: one call per run, not a load and a search per message."""
+        self._check()
+        ix = self._ix
+        out: list[StoredMsg] = []
+        if max_msgs <= 0:
+            return out
+        seq = start_seq if start_seq > ix.first else ix.first
+        last = ix.last
+        load = self.load
+        size = 0
+        while seq <= last:
+            msg = load(seq)
+            if msg is None:
+                seq = ix.next_live(seq)
+                if not seq:
+                    break
+                continue
+            out.append(msg)
+            if len(out) >= max_msgs:
+                break
+            if max_bytes:
+                size += len(msg.subject) + len(msg.data)
+                if msg.headers is not None:
+                    size += len(msg.headers)
+                if size >= max_bytes:
+                    break
+            seq += 1
+        return out
+
     def load_prev(self, seq: int, filters: Filters = None) -> StoredMsg | None:
         """The last message with seq <= ``seq`` matching any of ``filters``."""
         self._check()

@@ -53,7 +53,7 @@ def send_slices(client: Publisher, reply: str, replies: Iterator[RawReply]) -> N
     more = False
     try:
         for item in replies:
-            items.append((item.hdr, item.data))
+            items.append(item)  # a RawReply is its own (hdr, data) pair
             sent += len(item.data) + len(item.hdr or b"")
             if sent >= DIRECT_SLICE_BYTES:
                 more = True

@@ -344,10 +344,39 @@ class StoreMachine(RuleBasedStateMachine):
             mine = m.of(subject)
             for s in self.stores():
                 assert s.last_seq_for_subject(subject) == (mine[-1] if mine else 0)
+        self._same_runs()
         for ts in (0, self.now - 100, self.now, self.now + 1):
             exp = next((q for q in sorted(m.msgs) if m.msgs[q][3] >= ts), m.last + 1)
             for s in self.stores():
                 assert s.seq_for_time(ts) == exp
+
+
+    def _same_runs(self) -> None:
+        """``load_run`` returns what repeated unfiltered ``load_next`` calls return, cut by
+        its message count and byte bound (the model's own walk is the reference)."""
+        m = self.model
+        starts = sorted({0, m.first, m.first + 1, (m.first + m.last) // 2, m.last, m.last + 1})
+        for start in starts:
+            live = [q for q in sorted(m.msgs) if q >= start]
+            sizes = [len(m.msgs[q][0]) + len(m.msgs[q][1] or b"") + len(m.msgs[q][2]) for q in live]
+            # Byte bounds at, just below and just above the size of the first messages.
+            exact = [sum(sizes[:k]) + d for k in (1, 2) for d in (-1, 0, 1) if k <= len(sizes)]
+            cases = [(0, 0), (1, 0), (3, 0), (1000, 0), (1000, 150), (2, 1)]
+            cases += [(1000, b) for b in exact if b > 0]
+            for max_msgs, max_bytes in cases:
+                want = []
+                size = 0
+                for q in live[: max(max_msgs, 0)]:
+                    subject, headers, data, ts = m.msgs[q]
+                    want.append((q, subject, headers, data, ts))
+                    size += len(subject) + len(headers or b"") + len(data)
+                    if max_bytes and size >= max_bytes:
+                        break
+                for s in self.stores():
+                    got = s.load_run(start, max_msgs, max_bytes)
+                    assert [(g.seq, g.subject, g.headers, g.data, g.ts_ns) for g in got] == want
+                    if max_msgs > 0:  # the first is exactly what load_next returns
+                        assert (got[0] if got else None) == s.load_next(start)
 
 
 StoreMachine.TestCase.settings = settings(
