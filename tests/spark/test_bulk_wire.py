@@ -9,6 +9,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from nats.errors import ProtocolError
 
 from jetraft.spark import fetch
@@ -203,6 +205,49 @@ def test_collector_reads_columns_and_ends_at_the_status() -> None:
     assert col.chunk.data == [b"m1", b"m2", b"m3"]
     assert (col.last, col.count, col.status, col.pending) == (4, 4, 204, 5)
     assert col.done.done()
+
+
+_NAMES = ["Nats-Stream", "Nats-Subject", "Nats-Sequence", "Nats-Time-Stamp", "X-Other"]
+_VALUES = st.sampled_from(["a.b", "7", "12345", "2026-01-02T03:04:05Z", "x y", ""])
+
+
+@given(
+    stored=st.lists(st.tuples(st.sampled_from(_NAMES), _VALUES), max_size=4),
+    ours=st.permutations(_NAMES[:4]),
+    seq=st.integers(0, 2**63),
+    counters=st.booleans(),
+    pad=st.sampled_from(["", " ", "  "]),
+)
+def test_collector_fast_path_reads_what_the_general_reader_reads(
+    stored: list[tuple[str, str]], ours: list[str], seq: int, counters: bool, pad: str
+) -> None:
+    """However a header block is laid out (stored headers named like ours, our headers in
+    any order, batch counters or not, odd spacing), the collector places the message by the
+    same subject, sequence and time stamp as the general reader (the last of each name)."""
+    values = {
+        "Nats-Stream": "S",
+        "Nats-Subject": "orders.new",
+        "Nats-Sequence": str(seq),
+        "Nats-Time-Stamp": "2026-01-02T03:04:05.000000001Z",
+    }
+    lines = [f"{k}: {v}" for k, v in stored] + [f"{k}:{pad} {values[k]}{pad}" for k in ours]
+    if counters:
+        lines += ["Nats-Num-Pending: 3", "Nats-Last-Sequence: 9"]
+    hdr = ("NATS/1.0\r\n" + "".join(line + "\r\n" for line in lines) + "\r\n").encode()
+    want = fetch._fields(hdr)
+
+    async def go() -> fetch._Collector:
+        col = fetch._Collector(end=2**63)
+        col.take([(b"_INBOX.x.1", b"", hdr, b"data")], 0, 1)
+        return col
+
+    col = run(go)
+    assert want is not None  # our own headers are always there
+    assert (col.chunk.subjects, col.chunk.seqs, col.chunk.times) == (
+        [want[0]],
+        [int(want[1])],
+        [want[2]],
+    )
 
 
 # -- pull consumer --------------------------------------------------------------------------

@@ -90,7 +90,17 @@ class BulkParser(Parser):  # type: ignore[misc, unused-ignore]
                     await self._control(buf[pos:eol])
                     pos = eol + 2
                     continue
-                subject, sid, reply, hdr_len, total = _msg_args(buf[pos:eol], op == _H)
+                args = buf[pos:eol].split()
+                if len(args) == 5 and op == _H:
+                    # HMSG subject sid hdr_len total, the usual answer (no reply): read here,
+                    # one call less per message.
+                    subject, reply = args[1], b""
+                    try:
+                        sid, hdr_len, total = int(args[2]), int(args[3]), int(args[4])
+                    except ValueError:
+                        raise ProtocolError("nats: malformed MSG") from None
+                else:
+                    subject, sid, reply, hdr_len, total = _msg_args(args, op == _H)
                 start = eol + 2
                 end = start + total
                 if end + 2 > n:
@@ -134,9 +144,8 @@ class BulkParser(Parser):  # type: ignore[misc, unused-ignore]
             raise ProtocolError("nats: unknown protocol")
 
 
-def _msg_args(line: bytes, with_headers: bool) -> tuple[bytes, int, bytes, int, int]:
-    """``MSG subject sid [reply] size`` / ``HMSG subject sid [reply] hdr_size size``."""
-    args = line.split()
+def _msg_args(args: list[bytes], with_headers: bool) -> tuple[bytes, int, bytes, int, int]:
+    """``MSG subject sid [reply] size`` / ``HMSG subject sid [reply] hdr_size size``, split."""
     try:
         if with_headers:
             if len(args) == 6:

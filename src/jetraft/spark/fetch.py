@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -133,6 +134,29 @@ def header_value(raw: bytes, name: bytes) -> bytes:
     return raw[j:k].strip()
 
 
+# The end of a direct-get answer's header block as servers write it: Nats-Subject,
+# Nats-Sequence and Nats-Time-Stamp (after any stored headers), the batch's two counters, the
+# blank line. Anchored at the end, so the values are the last of their names, as ``_fields``
+# finds them in any other layout.
+_OUR_TAIL = re.compile(
+    rb"\r\nNats-Subject: ([^\s]+)\r\nNats-Sequence: ([0-9]+)\r\n"
+    rb"Nats-Time-Stamp: ([^\s]+)\r\n"
+    rb"(?:Nats-Num-Pending: [0-9]+\r\nNats-Last-Sequence: [0-9]+\r\n)?\r\n\Z"
+)
+
+
+def _fields(hdr: bytes) -> tuple[bytes, bytes, bytes] | None:
+    """(subject, sequence, time stamp) from a header block in any layout: the last value of
+    each name; None without a Nats-Sequence."""
+    i = _after(hdr, b"\r\nNats-Sequence:")
+    if i < 0:
+        return None
+    seq = hdr[i : hdr.find(b"\r", i)]
+    i = _after(hdr, b"\r\nNats-Subject:")
+    j = _after(hdr, b"\r\nNats-Time-Stamp:")
+    return hdr[i : hdr.find(b"\r", i)].strip(), seq, hdr[j : hdr.find(b"\r", j)].strip()
+
+
 class _Collector:
     """The answers to one direct-get request, parsed into columns as they arrive, until the
     request's final status (``204 EOB`` for a batch, or an error status)."""
@@ -157,24 +181,29 @@ class _Collector:
             chunk.seqs, chunk.subjects, chunk.times, chunk.data, chunk.headers
         )
         end = self.end
+        tail = _OUR_TAIL.match
         for k in range(lo, hi):
-            hdr, payload = frames[k][2], frames[k][3]
+            _, _, hdr, payload = frames[k]
             if not payload and hdr[8:9] == b" ":
                 self._finish(hdr)
                 return
-            i = _after(hdr, b"\r\nNats-Sequence:")
-            if i < 0:
-                continue  # not a stored message: nothing to place it by
-            seq = int(hdr[i : hdr.find(b"\r", i)])
+            # The server's own headers close the block: one match reads all three.
+            m = tail(hdr, hdr.rfind(b"\r\nNats-Subject:"))
+            if m is not None:
+                subject, seq_text, stamp = m.groups()
+            else:
+                found = _fields(hdr)
+                if found is None:
+                    continue  # not a stored message: nothing to place it by
+                subject, seq_text, stamp = found
+            seq = int(seq_text)
             self.last = seq
             self.count += 1
             if seq > end:
                 continue
-            i = _after(hdr, b"\r\nNats-Subject:")
-            j = _after(hdr, b"\r\nNats-Time-Stamp:")
             seqs.append(seq)
-            subjects.append(hdr[i : hdr.find(b"\r", i)].strip())
-            times.append(hdr[j : hdr.find(b"\r", j)].strip())
+            subjects.append(subject)
+            times.append(stamp)
             data.append(payload)
             headers.append(hdr)
 
