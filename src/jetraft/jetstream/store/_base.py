@@ -317,10 +317,9 @@ class BaseStore:
             return out
         seq = start_seq if start_seq > ix.first else ix.first
         last = ix.last
-        load = self.load
         size = 0
         while seq <= last:
-            msg = load(seq)
+            msg = self.load(seq)  # a direct call: mypyc makes it a native one
             if msg is None:
                 seq = ix.next_live(seq)
                 if not seq:
