@@ -118,6 +118,16 @@ def _purge_below(url: str, stream: str, seq: int) -> None:
     run(_do())
 
 
+def test_empty_stream_and_empty_range_read_no_rows(
+    spark: Any, server: ServerProcess, stream_name: str
+) -> None:
+    """No messages to read plans no partitions; Spark then hands the reader a placeholder
+    partition of its own, which must read as nothing rather than fail."""
+    create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
+    assert _read(spark, server, stream_name).count() == 0
+    assert _read(spark, server, stream_name, readMode="consumer").count() == 0
+
+
 def test_consumer_mode_without_direct_get(
     spark: Any, server: ServerProcess, stream_name: str
 ) -> None:

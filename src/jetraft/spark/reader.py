@@ -131,6 +131,14 @@ def _partitions(opts: ReadOptions, start: int, end: int, mode: str) -> list[JetS
     return [JetStreamPartition(r.index, r.start, r.end, mode) for r in ranges]
 
 
+def _read_planned(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    if not isinstance(partition, JetStreamPartition):
+        # Nothing was planned (an empty stream or range): Spark reads one partition of its
+        # own then, with no range, and it has no rows.
+        return iter(())
+    return read_partition(opts, partition)
+
+
 def _merge(chunks: list[Chunk]) -> Chunk:
     if len(chunks) == 1:
         return chunks[0]
@@ -251,8 +259,7 @@ class JetStreamBatchReader(DataSourceReader):  # type: ignore[misc, unused-ignor
         return _partitions(self.opts, b.start, b.end, b.mode)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, JetStreamPartition)
-        return read_partition(self.opts, partition)
+        return _read_planned(self.opts, partition)
 
 
 class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unused-ignore]
@@ -375,8 +382,7 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         return _partitions(self.opts, lo, hi - 1, self.mode)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, JetStreamPartition)
-        return read_partition(self.opts, partition)
+        return _read_planned(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         # Nothing to release on the server: positions live in Spark's checkpoint only.
