@@ -105,8 +105,9 @@ class FileStore(BaseStore):
         sync_new: bool = True,
     ) -> None:
         super().__init__(limits or Limits(), file_mode=True)
-        # False: the owner makes a new store's ``msgs/`` durable itself before relying on
-        # the store (a stream create syncs it with its other new files, off the event loop).
+        # False: a new store's first block is named durably by its first sync, like every
+        # later block (nothing in it is promised before): a stream create then needs one
+        # fsync less. True: a new store is durable as opened (``needs_sync`` is False).
         self._sync_new = sync_new
         self._root = os.fspath(directory)
         self._msgs_dir = os.path.join(self._root, MSGS_DIR)
@@ -184,7 +185,7 @@ class FileStore(BaseStore):
             self._new_active(max(self._first_block, 1))
             if self._sync_new:
                 disk.sync_dir(self._msgs_dir)
-            self._dir_dirty = False
+                self._dir_dirty = False
         self._ckpt_end = (self._active.idx, self._active.size)
 
     def _new_active(self, idx: int) -> None:

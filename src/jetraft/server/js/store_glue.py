@@ -13,8 +13,8 @@ Layout (nats-server's): ``<store_dir>/jetstream/<account>/streams/<stream>/`` ho
 
 Creating a stream (``new_stream_files``) is split like a commit: on the event loop the tree
 is made and the files written, no fsync; the blocking half syncs each file and directory
-once, bottom-up (the files, ``msgs/``, the stream's directory, its parent), in a worker
-thread, and the answer to STREAM.CREATE waits for it. A crash before it returned may leave a partial
+once, bottom-up (the files, the stream's directory, its parent), in a worker thread, and
+the answer to STREAM.CREATE waits for it. A crash before it returned may leave a partial
 directory, which was never confirmed to anyone (it loads as an offline stream).
 
 Memory streams are not written at all: like nats-server's, they vanish on restart.
@@ -145,12 +145,11 @@ def new_stream_files(
 
 
 def sync_new_stream(stream_dir: Path, files: tuple[Path, ...]) -> None:
-    """The blocking half of ``new_stream_files``: the files' contents, then the names in
-    the store's ``msgs/`` (its first block, see ``open_store``) and in the stream's directory
-    (the files, ``msgs/``), then the stream's name in its parent."""
+    """The blocking half of ``new_stream_files``: the files' contents, then their names and
+    ``msgs/``'s in the stream's directory, then the stream's name in its parent. The name of
+    the store's first block is synced by the store's first commit (``open_store``)."""
     for path in files:
         fsync_file(path)
-    fsync_dir(stream_dir / MSGS_DIR)
     fsync_dir(stream_dir)
     fsync_dir(stream_dir.parent)
 
@@ -253,7 +252,8 @@ def open_store(
     """A MemoryStore for memory streams (or when JetStream has no directory), else the
     FileStore in ``<stream_dir>/msgs`` (created if new, recovered if existing), sealing its
     records with ``cipher`` when given. ``created``: the directory was just made by
-    ``new_stream_files``, whose blocking half makes the new store durable."""
+    ``new_stream_files``; the store then names its first block durably with its first sync
+    instead of now (on the event loop)."""
     if cfg.storage == "memory" or stream_dir is None:
         from jetraft.jetstream.store.memory import MemoryStore
 
