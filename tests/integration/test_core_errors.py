@@ -11,7 +11,7 @@ import pytest
 
 from jetraft.server.server import Server
 
-from .conftest import connect
+from .conftest import connect, wait_for
 
 
 class Raw:
@@ -141,8 +141,11 @@ async def test_stale_connection_is_closed(make_server) -> None:  # type: ignore[
     assert await raw.closed_by_server()
 
 
-def _fast_reader(port: int, expect_bytes: int, ready: threading.Event) -> int:
-    """A subscriber in its own thread that reads as fast as the kernel delivers."""
+def _fast_reader(
+    port: int, expect_bytes: int, ready: threading.Event, progress: list[int]
+) -> int:
+    """A subscriber in its own thread that reads as fast as the kernel delivers; bytes read
+    so far in ``progress[0]``."""
     sock = socket.create_connection(("127.0.0.1", port))
     f = sock.makefile("rb")
     f.readline()  # INFO
@@ -156,6 +159,7 @@ def _fast_reader(port: int, expect_bytes: int, ready: threading.Event) -> int:
         if not chunk:
             break
         got += len(chunk)
+        progress[0] = got
     sock.close()
     return got
 
@@ -170,14 +174,21 @@ async def test_slow_consumer_is_disconnected_alone(make_server) -> None:  # type
     count = 10000  # 10 MB: more than the silent reader's kernel buffers plus max_pending
     frame = b"MSG flood 1 1024\r\n" + payload + b"\r\n"
     ready = threading.Event()
+    progress = [0]
     healthy = asyncio.get_running_loop().run_in_executor(
-        None, _fast_reader, server.client_port, count * len(frame), ready
+        None, _fast_reader, server.client_port, count * len(frame), ready, progress
     )
     await asyncio.to_thread(ready.wait, 10)
     pub = await connect(server)
-    for _ in range(count):
-        await pub.publish("flood", payload)
-    await pub.flush()
+    # The publisher keeps pace with the healthy reader (a thread that a busy machine may
+    # starve): it is a fast consumer, not one allowed to fall max_pending behind.
+    window = 50
+    for start in range(0, count, window):
+        for _ in range(min(window, count - start)):
+            await pub.publish("flood", payload)
+        await pub.flush()
+        behind = start * len(frame)
+        await wait_for(lambda b=behind: progress[0] >= b, 30, "the healthy reader keeps up")
     assert await asyncio.wait_for(healthy, 30) == count * len(frame)
     assert server.stats.slow_consumers == 1
     assert await slow.closed_by_server()
