@@ -3,6 +3,7 @@ nats-server, the same nats-py client for both.
 
     python -m benchmarks.js_admin [--streams N] [--parallel P] [--storage file|memory]
                                   [--only jetraft|nats-server|nats-server-always]
+                                  [--phase create]
 
 One server at a time (``benchmarks.js_publish.start_server``: file storage, jetraft fsyncs
 before every reply that confirms a change). Phases, each timed from the client:
@@ -13,8 +14,10 @@ before every reply that confirms a change). Phases, each timed from the client:
 * consumer: one durable pull consumer on each of the first N streams, one after the other;
 * delete: every stream deleted, one after the other.
 
-Printed: milliseconds per operation (mean and 95th percentile) and the server's CPU per
-operation (utime+stime from /proc). Timing is printed, never asserted.
+Printed: milliseconds per operation (mean and 95th percentile), the server's CPU per
+operation (utime+stime from /proc), and the 99th percentile of another client's PING/PONG
+round trips meanwhile (what blocking work on the server's event loop costs everyone else).
+Timing is printed, never asserted.
 """
 
 from __future__ import annotations
@@ -50,7 +53,27 @@ async def _timed(op: Op, count: int, parallel: int) -> list[float]:
     return lat
 
 
-async def run_phases(port: int, pid: int, n: int, parallel: int, storage: str) -> dict[str, str]:
+_RTTS: list[float] = []
+
+
+async def _ping_rtts(port: int) -> None:
+    """Another client meanwhile: PING/PONG round trips, one after the other, into _RTTS
+    (how long the server's event loop leaves other clients waiting)."""
+    nc = NATS()
+    await nc.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
+    try:
+        while True:
+            t0 = time.perf_counter()
+            await nc.flush()
+            _RTTS.append(time.perf_counter() - t0)
+            await asyncio.sleep(0.001)
+    finally:
+        await nc.close()
+
+
+async def run_phases(
+    port: int, pid: int, n: int, parallel: int, storage: str, only: str = ""
+) -> dict[str, str]:
     nc = NATS()
     await nc.connect(f"nats://127.0.0.1:{port}", max_reconnect_attempts=0)
     js = nc.jetstream(timeout=30)
@@ -76,15 +99,22 @@ async def run_phases(port: int, pid: int, n: int, parallel: int, storage: str) -
     out: dict[str, str] = {}
     try:
         for name, op, count, par in phases:
+            if only and name != only:
+                continue
             cpu0 = cpu_seconds(pid)
             t0 = time.perf_counter()
+            pinger = asyncio.ensure_future(_ping_rtts(port))
             lat = await _timed(op, count, par)
             wall = time.perf_counter() - t0
+            pinger.cancel()
+            rtts = sorted(await asyncio.gather(pinger, return_exceptions=True) and _RTTS)
+            _RTTS.clear()
             cpu_ms = 1e3 * (cpu_seconds(pid) - cpu0) / count
             p95 = statistics.quantiles(lat, n=20)[-1] * 1e3
+            ping = f"  other client's PING p99 {1e3 * rtts[int(len(rtts) * 0.99)]:6.2f} ms"
             out[name] = (
                 f"{1e3 * statistics.fmean(lat):7.2f} ms mean {p95:7.2f} ms p95 "
-                f"{count / wall:8.0f} op/s  server CPU {cpu_ms:5.2f} ms/op"
+                f"{count / wall:8.0f} op/s  server CPU {cpu_ms:5.2f} ms/op" + ping
             )
     finally:
         await nc.close()
@@ -97,6 +127,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=8)
     ap.add_argument("--storage", choices=("file", "memory"), default="file")
     ap.add_argument("--only", choices=SERVERS, action="append")
+    ap.add_argument("--phase", default="", help="run only this phase (e.g. create)")
     args = ap.parse_args()
     print(machine_summary())
     for kind in args.only or SERVERS:
@@ -104,7 +135,9 @@ def main() -> None:
         port = free_port()
         proc = start_server(kind, port, store)
         try:
-            phases = run_phases(port, proc.pid, args.streams, args.parallel, args.storage)
+            phases = run_phases(
+                port, proc.pid, args.streams, args.parallel, args.storage, args.phase
+            )
             rows = asyncio.run(phases)
         finally:
             proc.terminate()
