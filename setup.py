@@ -40,6 +40,8 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/store/_base.py",
     "src/jetraft/jetstream/store/_blocks.py",
     "src/jetraft/jetstream/store/_index.py",
+    "src/jetraft/jetstream/store/_index_chunks.py",
+    "src/jetraft/jetstream/store/_index_subjects.py",
     "src/jetraft/jetstream/store/_records.py",
     "src/jetraft/jetstream/store/file.py",
     "src/jetraft/jetstream/store/memory.py",

@@ -45,7 +45,7 @@ REGRESSIONS = [
     # A replica damaged (latently) as a peer removal started was the second voter of the
     # two-voter configuration in flight; it voted only for logs ending after its repair
     # term, and none did: the stream group elected no one. Now it also votes for logs as
-    # up to date as the end of its log before the damage (core.py, acked_tail).
+    # up to date as the end of its log before the damage (raft/state.py, acked_tail).
     (2806, 3),
     # The same, once the simulated meta leader refuses a peer removal with no spare
     # server (as the server does): the peer is replaced, and the group passes through a

@@ -57,7 +57,7 @@ class AppendResponse(msgspec.Struct, frozen=True, gc=False):
     guess of where the logs may agree: its largest index <= min(prev_index, last) whose
     term is <= the leader's prev_term, and that term. A non-zero `corrupt_term` says the
     follower's log was found damaged: it may have lost entries it acknowledged in terms up
-    to that one; the leader sends it its snapshot (see core.py on repair).
+    to that one; the leader sends it its snapshot (see state.py on repair).
     """
 
     term: int

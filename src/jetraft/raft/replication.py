@@ -1,6 +1,6 @@
 """Log replication: what the leader sends and how both sides handle it.
 
-Functions over a RaftCore (core.py keeps roles, elections and the API). Leader side:
+Functions over a RaftState (state.py); RaftCore (core.py) dispatches to them. Leader side:
 `send_append` (batched up to max_msg_bytes, pipelined up to max_inflight per follower, or
 an InstallSnapshot when the follower needs compacted entries), responses, and
 `maybe_commit` (a quorum's match index, and only for an entry of the leader's term:
@@ -10,8 +10,7 @@ heartbeats and InstallSnapshot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from . import snapshots
 from .messages import (
     AppendEntries,
     AppendResponse,
@@ -23,14 +22,12 @@ from .messages import (
 )
 from .progress import Progress, ProgressState
 from .ready import Role
+from .state import RaftState
 from .types import Snapshot, SnapshotBytes, read_at
-
-if TYPE_CHECKING:
-    from .core import RaftCore
 
 
 # ---------------------------------------------------------------------- leader side
-def send_append(core: RaftCore, to: str, *, send_empty: bool = True) -> bool:
+def send_append(core: RaftState, to: str, *, send_empty: bool = True) -> bool:
     """Send `to` what it misses, if flow control allows. An empty AppendEntries (a probe,
     or news of the commit index) goes out only with send_empty. True if sent."""
     pr = core.prs.get(to)
@@ -62,7 +59,7 @@ def send_append(core: RaftCore, to: str, *, send_empty: bool = True) -> bool:
     return True
 
 
-def _send_empty_probe(core: RaftCore, to: str, pr: Progress) -> None:
+def _send_empty_probe(core: RaftState, to: str, pr: Progress) -> None:
     """Outside flow control: an empty AppendEntries at next - 1. Either the follower has
     everything in flight (its answer frees the pipeline) or it rejects and we probe."""
     prev = pr.next - 1
@@ -74,8 +71,8 @@ def _send_empty_probe(core: RaftCore, to: str, pr: Progress) -> None:
         )
 
 
-def _send_snapshot(core: RaftCore, to: str, pr: Progress, fresh_from: int = 0) -> bool:
-    snap = core.sendable_snapshot(at_least=fresh_from)
+def _send_snapshot(core: RaftState, to: str, pr: Progress, fresh_from: int = 0) -> bool:
+    snap = snapshots.sendable_snapshot(core, at_least=fresh_from)
     if snap is None:  # none to send yet (the state machine's is being made): retry later
         return False
     pr.become_snapshot(snap)
@@ -83,7 +80,7 @@ def _send_snapshot(core: RaftCore, to: str, pr: Progress, fresh_from: int = 0) -
     return True
 
 
-def send_snapshot_chunk(core: RaftCore, to: str, pr: Progress) -> None:
+def send_snapshot_chunk(core: RaftState, to: str, pr: Progress) -> None:
     """(Re)send the chunk of pr.snap that starts at what the follower acknowledged."""
     snap = pr.snap
     assert snap is not None and not snap.external
@@ -96,7 +93,7 @@ def send_snapshot_chunk(core: RaftCore, to: str, pr: Progress) -> None:
     pr.snapshot_wait_ticks = 0
 
 
-def handle_snapshot_response(core: RaftCore, m: SnapshotResponse) -> None:
+def handle_snapshot_response(core: RaftState, m: SnapshotResponse) -> None:
     pr = core.prs.get(m.frm)
     if pr is None:
         return
@@ -113,7 +110,7 @@ def handle_snapshot_response(core: RaftCore, m: SnapshotResponse) -> None:
     send_snapshot_chunk(core, m.frm, pr)
 
 
-def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
+def handle_append_response(core: RaftState, m: AppendResponse) -> None:
     pr = core.prs.get(m.frm)
     if pr is None:
         return
@@ -158,14 +155,14 @@ def handle_append_response(core: RaftCore, m: AppendResponse) -> None:
         pass
 
 
-def heartbeat_commit(core: RaftCore, pr: Progress) -> int:
+def heartbeat_commit(core: RaftState, pr: Progress) -> int:
     """The commit index a heartbeat tells a follower: no further than what the follower
     acknowledged, so that it never commits entries of its log that may not match ours
     (a heartbeat carries no entries to check against)."""
     return min(pr.match, core.log.committed)
 
 
-def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
+def handle_heartbeat_response(core: RaftState, m: HeartbeatResponse) -> None:
     pr = core.prs.get(m.frm)
     if pr is None:
         return
@@ -184,7 +181,7 @@ def handle_heartbeat_response(core: RaftCore, m: HeartbeatResponse) -> None:
         _send_empty_probe(core, m.frm, pr)
 
 
-def maybe_commit(core: RaftCore) -> bool:
+def maybe_commit(core: RaftState) -> bool:
     """Advance the commit index to what a quorum of voters has, if that entry is of our
     term (an older entry is committed only indirectly, by a later one: Figure 8)."""
     if core.log.committed >= core.log.last_index:
@@ -217,7 +214,7 @@ def maybe_commit(core: RaftCore) -> bool:
     return True
 
 
-def _step_down_removed(core: RaftCore) -> None:
+def _step_down_removed(core: RaftState) -> None:
     """Our removal is committed: hand over to a caught-up voter at once, then follow."""
     last = core.log.last_index
     ready = [v for v in core.membership.voters if v in core.prs and core.prs[v].match == last]
@@ -227,7 +224,7 @@ def _step_down_removed(core: RaftCore) -> None:
 
 
 # ---------------------------------------------------------------------- follower side
-def handle_append(core: RaftCore, m: AppendEntries) -> None:
+def handle_append(core: RaftState, m: AppendEntries) -> None:
     log = core.log
     if m.prev_index < log.committed:
         core.msgs.append(AppendResponse(core.term, core.id, m.frm, log.committed))
@@ -256,7 +253,7 @@ def handle_append(core: RaftCore, m: AppendEntries) -> None:
     )
 
 
-def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
+def handle_heartbeat(core: RaftState, m: Heartbeat) -> None:
     log = core.log
     # Safe because m.commit <= what this follower acknowledged, which matches the
     # leader's log. A damaged log may not hold what it acknowledged: it commits only what
@@ -277,7 +274,7 @@ def handle_heartbeat(core: RaftCore, m: Heartbeat) -> None:
     _check_repaired(core)
 
 
-def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
+def handle_snapshot(core: RaftState, m: InstallSnapshot) -> None:
     log = core.log
     meta = m.meta
     # A damaged log is trusted only as far as this term's leader verified it. Where it
@@ -303,7 +300,7 @@ def handle_snapshot(core: RaftCore, m: InstallSnapshot) -> None:
     _check_repaired(core)
 
 
-def _assemble(core: RaftCore, m: InstallSnapshot) -> SnapshotBytes | None:
+def _assemble(core: RaftState, m: InstallSnapshot) -> SnapshotBytes | None:
     """Collect the chunks of one series (one leader term and snapshot) in a spool; the
     whole data once the last chunk is in, else None (after answering with what we hold).
     A chunk of another series than the one collected is answered with 0: the leader
@@ -333,14 +330,14 @@ def _assemble(core: RaftCore, m: InstallSnapshot) -> SnapshotBytes | None:
     return buf[1].data()
 
 
-def drop_series(core: RaftCore) -> None:
+def drop_series(core: RaftState) -> None:
     """Forget the series being collected, and free its spool."""
     buf, core.snap_buf = core.snap_buf, None
     if buf is not None:
         buf[1].close()
 
 
-def _check_repaired(core: RaftCore) -> None:
+def _check_repaired(core: RaftState) -> None:
     """A damaged replica may have lost entries it acknowledged, all in terms up to
     repair_term. A leader of any later term holds every such entry that was committed,
     ahead of the entries of its own term; so once our log holds an entry committed in a

@@ -99,7 +99,7 @@ class HardStateRecord(NamedTuple):
     record was written. Every batch of entries ends with such a record, and a replica
     acknowledges entries only once their batch is durable, so the newest record bounds
     everything the replica ever acknowledged: what a damaged replica still knows after
-    losing entries (core.py, acked_tail). None in records of older logs."""
+    losing entries (state.py, acked_tail). None in records of older logs."""
 
     hs: HardState
     tail: tuple[int, int] | None

@@ -222,7 +222,7 @@ def test_a_leader_sends_chunks_read_from_snapshot_data(tmp_path: Path) -> None:
     # The log holds a marker only (a durable state machine's): the source is asked.
     core.log.snapshot = Snapshot(snap.meta, b"", external=True)
     core.snapshot_source = lambda: (snap.meta.index, data)
-    core._send_snap = None
+    core.snapshot_to_send = None
     c.nodes["a"].store.snapshot = None
     c.restart("c")
     c.tick("a")
@@ -230,9 +230,9 @@ def test_a_leader_sends_chunks_read_from_snapshot_data(tmp_path: Path) -> None:
     assert data.reads and all(n == 4 for _, n in data.reads)
     assert c.nodes["c"].data() == c.nodes["a"].data()
     # Sent: the leader lets its snapshot (a spool file) go at its next tick.
-    assert core._send_snap is not None
+    assert core.snapshot_to_send is not None
     c.tick("a")
-    assert core._send_snap is None
+    assert core.snapshot_to_send is None
 
 
 def test_a_snapshot_that_cannot_be_made_now_is_offered_again_later() -> None:
@@ -248,7 +248,7 @@ def test_a_snapshot_that_cannot_be_made_now_is_offered_again_later() -> None:
     snap = c.snapshot("a")
     core = c.nodes["a"].core
     core.log.snapshot = Snapshot(snap.meta, b"", external=True)
-    core._send_snap = None
+    core.snapshot_to_send = None
     c.nodes["a"].store.snapshot = None
     full_disk = [True]
 

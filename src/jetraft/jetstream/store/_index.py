@@ -1,22 +1,12 @@
 """The in-memory index both stores keep: per-message entries in chunks, and per subject.
 
-Per message: subject id, timestamp, accounted size, and either the file location and record
-length (file store) or the message object (memory store). Entries live in chunks of
-``CHUNK`` consecutive sequences, keyed by ``seq >> SHIFT``; a chunk holds entries only for
-sequences that were stored in it, as aligned arrays. A removed message leaves a tombstone
-(subject id -1) until the chunk's tombstones reach half of its entries, when the chunk is
-rewritten without them; a chunk without live messages is dropped. So the index costs memory
-for live messages only (at most one tombstone per live entry, plus a few dozen per chunk):
-deleted sequences, skipped ones and gaps cost nothing, however they are spread.
-
-A chunk is "dense" while its entries are consecutive sequences (the common case: appends in
-order, removals as tombstones): entry ``i`` is sequence ``base + i``, found by subtraction.
-After a gap or a rewrite its entries' offsets are listed (``offs``) and found by bisection.
-
-Per subject: the sorted sequences of that subject, kept as a plain ``int`` while a subject holds
-one message (the common KV case, no allocation) and as an ``array('Q')`` with a head offset once
-it holds more (removing the oldest, the per-subject-limit case, is O(1)). Subject ids are
-recycled when a subject empties.
+``SeqIndex`` ties two parts together: the entries of each stored message, in chunks of
+consecutive sequences (``_index_chunks.py``), and per subject the sorted sequences of its
+messages (``_index_subjects.py``). A removed message leaves a tombstone in its chunk until the
+chunk's tombstones reach half of its entries, when the chunk is rewritten without them; a chunk
+without live messages is dropped. So the index costs memory for live messages only (at most one
+tombstone per live entry, plus a few dozen per chunk): deleted sequences, skipped ones and gaps
+cost nothing, however they are spread. Subject ids are recycled when a subject empties.
 
 Filters with wildcards resolve to sets of subject ids, cached per filter tuple and kept current
 incrementally as subjects appear and disappear (a new subject costs one predicate call per
@@ -32,158 +22,29 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterator
 from typing import Generic, TypeVar
 
+from jetraft.jetstream.store._index_chunks import MASK, SHIFT, Chunk
+from jetraft.jetstream.store._index_subjects import (
+    Entry,
+    Seqs,
+    e_count,
+    e_count_ge,
+    e_first,
+    e_last,
+    e_next_ge,
+    e_prev_le,
+    e_seqs,
+)
 from jetraft.jetstream.store._match import Matcher, compile_filters, is_literal
 
 T = TypeVar("T")
 
-SHIFT = 12
-CHUNK = 1 << SHIFT  # sequences per chunk
-MASK = CHUNK - 1
 _SMALL_SELECTION = 8  # up to this many subjects: bisect their lists instead of walking
 _MAX_CACHED_FILTERS = 64
 _MIN_REWRITE = 32  # tombstones a chunk may keep regardless of its size
 
 
-class Seqs:
-    """Sorted sequences of one subject with >= 2 messages; ``arr[head:]`` is live."""
-
-    __slots__ = ("arr", "head")
-
-    def __init__(self, first: int, second: int) -> None:
-        self.arr = array("Q", (first, second))
-        self.head = 0
-
-
-Entry = int | Seqs
-
-
-def e_count(e: Entry) -> int:
-    return 1 if type(e) is int else len(e.arr) - e.head  # type: ignore[union-attr]
-
-
-def e_first(e: Entry) -> int:
-    return e if type(e) is int else e.arr[e.head]  # type: ignore[union-attr]
-
-
-def e_last(e: Entry) -> int:
-    return e if type(e) is int else e.arr[-1]  # type: ignore[union-attr]
-
-
-def e_count_ge(e: Entry, seq: int) -> int:
-    if type(e) is int:
-        return 1 if e >= seq else 0
-    assert isinstance(e, Seqs)
-    return len(e.arr) - bisect_left(e.arr, seq, e.head)
-
-
-def e_next_ge(e: Entry, seq: int) -> int:
-    """The first sequence >= seq, 0 if none."""
-    if type(e) is int:
-        return e if e >= seq else 0
-    assert isinstance(e, Seqs)
-    i = bisect_left(e.arr, seq, e.head)
-    return e.arr[i] if i < len(e.arr) else 0
-
-
-def e_prev_le(e: Entry, seq: int) -> int:
-    """The last sequence <= seq, 0 if none."""
-    if type(e) is int:
-        return e if e <= seq else 0
-    assert isinstance(e, Seqs)
-    i = bisect_right(e.arr, seq, e.head)
-    return e.arr[i - 1] if i > e.head else 0
-
-
-def e_seqs(e: Entry, lo: int, hi: int) -> list[int]:
-    """The sequences in [lo, hi]."""
-    if type(e) is int:
-        return [e] if lo <= e <= hi else []
-    assert isinstance(e, Seqs)
-    a = e.arr
-    return a[bisect_left(a, lo, e.head) : bisect_right(a, hi, e.head)].tolist()
-
-
 Selection = Collection[int] | None
 """Subject ids to consider; None means every subject."""
-
-
-class Chunk(Generic[T]):
-    """The entries of up to ``CHUNK`` consecutive sequences starting at ``k << SHIFT``.
-
-    Entry ``i`` is sequence ``base + i`` while ``offs`` is None (dense), else
-    ``(k << SHIFT) + offs[i]``. ``sids[i] < 0`` marks a tombstone."""
-
-    __slots__ = ("base", "k", "live", "locs", "objs", "offs", "rlens", "sids", "sizes", "tss")
-
-    def __init__(self, k: int, base: int, file_mode: bool) -> None:
-        self.k = k
-        self.base = base
-        self.offs: array[int] | None = None
-        self.sids = array("i")
-        self.tss = array("q")
-        self.sizes = array("I")
-        self.locs = array("Q") if file_mode else None
-        self.rlens = array("I") if file_mode else None
-        self.objs: list[T | None] | None = None if file_mode else []
-        self.live = 0
-
-    def index(self, seq: int) -> int:
-        """The entry of ``seq`` (live or a tombstone), -1 when it has none."""
-        offs = self.offs
-        if offs is None:
-            i = seq - self.base
-            return i if 0 <= i < len(self.sids) else -1
-        off = seq & MASK
-        i = bisect_left(offs, off)
-        return i if i < len(offs) and offs[i] == off else -1
-
-    def lower(self, seq: int) -> int:
-        """The first entry at or after ``seq`` (len(sids) when none)."""
-        offs = self.offs
-        if offs is None:
-            return min(max(seq - self.base, 0), len(self.sids))
-        return bisect_left(offs, seq - (self.k << SHIFT))
-
-    def seq_at(self, i: int) -> int:
-        offs = self.offs
-        return self.base + i if offs is None else (self.k << SHIFT) + offs[i]
-
-    def seqs(self) -> Iterator[tuple[int, int]]:
-        """(entry, seq) of the live entries, in order."""
-        sids, offs = self.sids, self.offs
-        if offs is None:
-            base = self.base
-            return ((i, base + i) for i, sid in enumerate(sids) if sid >= 0)
-        top = self.k << SHIFT
-        return ((i, top + offs[i]) for i, sid in enumerate(sids) if sid >= 0)
-
-    def rewrite(self) -> None:
-        """Drop the tombstones (the chunk keeps at least one live entry)."""
-        keep = [i for i, sid in enumerate(self.sids) if sid >= 0]
-        top = self.k << SHIFT
-        offs = [self.seq_at(i) - top for i in keep]
-        if offs[-1] - offs[0] + 1 == len(offs):
-            self.offs = None
-            self.base = top + offs[0]
-        else:
-            self.offs = array("H", offs)
-        self.sids = array("i", [self.sids[i] for i in keep])
-        self.tss = array("q", [self.tss[i] for i in keep])
-        self.sizes = array("I", [self.sizes[i] for i in keep])
-        if self.locs is not None and self.rlens is not None:
-            self.locs = array("Q", [self.locs[i] for i in keep])
-            self.rlens = array("I", [self.rlens[i] for i in keep])
-        if self.objs is not None:
-            objs = self.objs
-            self.objs = [objs[i] for i in keep]
-
-    def nbytes(self) -> int:
-        arrays = [self.sids, self.tss, self.sizes]
-        if self.offs is not None:
-            arrays.append(self.offs)
-        if self.locs is not None and self.rlens is not None:
-            arrays += [self.locs, self.rlens]
-        return sum(a.itemsize * a.buffer_info()[1] for a in arrays)
 
 
 class SeqIndex(Generic[T]):

@@ -121,6 +121,17 @@ class Sourcer:
                 asyncio.get_running_loop().create_task(self._run(st), name=f"source {spec.iname}")
             )
 
+    def follow_config(self) -> None:
+        """Run what the stream's config asks for now: its mirror or sources (started, or
+        restarted if they changed), or nothing; the stream's info then shows their state."""
+        stream = self._stream()
+        cfg = stream.config
+        if cfg.mirror is not None or cfg.sources:
+            stream.source_info = self.info
+            self.start()
+        else:
+            self.stop()
+
     def stop(self) -> None:
         for task in self._tasks:
             task.cancel()

@@ -179,15 +179,7 @@ class StreamRuntime:
         self.subscribe()
         if self._lazy_timer is None:
             self._arm_lazy_timer()
-        self._run_sources()
-
-    def _run_sources(self) -> None:
-        cfg = self.stream.config
-        if cfg.mirror is not None or cfg.sources:
-            self.stream.source_info = self.sourcer.info
-            self.sourcer.start()
-        else:
-            self.sourcer.stop()
+        self.sourcer.follow_config()
 
     async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
         acks = []
@@ -206,7 +198,7 @@ class StreamRuntime:
         self.consumers.restore()
         self._arm_expiry()
         self._arm_lazy_timer()
-        self._run_sources()
+        self.sourcer.follow_config()
 
     def subscribe(self) -> None:
         for sub in list(self.client.subs.values()):

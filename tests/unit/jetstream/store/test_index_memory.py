@@ -9,7 +9,7 @@ import pytest
 
 from jetraft.jetstream.store import FileStore, Limits, MemoryStore
 from jetraft.jetstream.store._base import BaseStore
-from jetraft.jetstream.store._index import CHUNK
+from jetraft.jetstream.store._index_chunks import CHUNK
 
 
 def index_bytes(s: BaseStore) -> int:

@@ -26,6 +26,7 @@ from jetraft.jetstream.store import (
     MemoryStore,
     StoreState,
     _index,
+    _index_chunks,
     file_msg_size,
 )
 from jetraft.jetstream.store._base import BaseStore
@@ -365,15 +366,20 @@ class TinyChunkMachine(StoreMachine):
     the time."""
 
     def __init__(self) -> None:
-        self._saved = (_index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE)
-        _index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE = 2, 3, 4, 2
+        # The chunk's methods read the chunk geometry from _index_chunks, the index's own
+        # from the names _index imported: both are changed.
+        self._saved = (_index_chunks.SHIFT, _index_chunks.MASK, _index_chunks.CHUNK,
+                       _index.SHIFT, _index.MASK, _index._MIN_REWRITE)
+        _index_chunks.SHIFT, _index_chunks.MASK, _index_chunks.CHUNK = 2, 3, 4
+        _index.SHIFT, _index.MASK, _index._MIN_REWRITE = 2, 3, 2
         super().__init__()
 
     def teardown(self) -> None:
         try:
             super().teardown()
         finally:
-            _index.SHIFT, _index.MASK, _index.CHUNK, _index._MIN_REWRITE = self._saved
+            (_index_chunks.SHIFT, _index_chunks.MASK, _index_chunks.CHUNK,
+             _index.SHIFT, _index.MASK, _index._MIN_REWRITE) = self._saved
 
 
 TinyChunkMachine.TestCase.settings = StoreMachine.TestCase.settings

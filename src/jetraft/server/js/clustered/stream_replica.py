@@ -260,16 +260,8 @@ class StreamReplica:
         if self._leading and (not self.expiry.armed or isinstance(e, UpdateConfig)):
             self.expiry.arm()
             if isinstance(e, UpdateConfig):
-                self._run_sources()
+                self.sourcer.follow_config()
         return result
-
-    def _run_sources(self) -> None:
-        cfg = self.stream.config
-        if cfg.mirror is not None or cfg.sources:
-            self.stream.source_info = self.sourcer.info
-            self.sourcer.start()
-        else:
-            self.sourcer.stop()
 
     async def _store_sourced(self, entries: list[StoreMsg]) -> list[PubAck]:
         """The copies as one log entry, like a batch of publishes; their PubAcks once
@@ -334,7 +326,7 @@ class StreamReplica:
             self.expiry.arm()
             self.reconcile()
             self.recheck_retention()  # what a previous leader may not have retired
-            self._run_sources()
+            self.sourcer.follow_config()
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
         self.host.stream_leader_changed(self)
