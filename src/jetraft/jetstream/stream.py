@@ -64,6 +64,7 @@ from jetraft.protocol.subjects import is_valid_subject, subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
 NS_PER_S = 1_000_000_000
+NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
 MAX_HEADER_LEN = 65535
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
@@ -268,6 +269,10 @@ class Stream:
         self.last_msg_id = ""
         # (expires_at_ns, seq) of messages with a Nats-TTL.
         self._ttl_heap: list[tuple[int, int]] = []
+        # Messages whose Nats-TTL is "never": max_age does not remove them (nats-server's
+        # rule); other limits, purges and deletes still do. May hold removed sequences
+        # (pruned below the first one at each expiry), never misses a stored one.
+        self._never: set[int] = set()
         self.store.update_limits(limits_of(config))
         # Where stored messages are copied to: set by the runtime on the one server that
         # publishes them (the stream leader); (subject, headers, body).
@@ -579,6 +584,8 @@ class Stream:
             self._remember(msg_id, seq, e.ts_ns)
         if ttl_s > 0:
             heapq.heappush(self._ttl_heap, (e.ts_ns + ttl_s * NS_PER_S, seq))
+        elif ttl_s < 0:
+            self._never.add(seq)
         if rollup == "sub":
             self._purge_quietly(e.subject, keep=1)
         elif rollup == "all":
@@ -726,7 +733,11 @@ class Stream:
         marker_ttl_s = self.config.subject_delete_marker_ttl // NS_PER_S
         if marker_ttl_s > 0:
             return OpResult(True, self._expire_leaving_markers(now_ns, marker_ttl_s))
-        removed = list(self.store.expire(now_ns)) if self.config.max_age > 0 else []
+        never = self._never
+        if never:
+            first = self.store.bounds()[0]
+            never.difference_update([s for s in never if s < first])
+        removed = list(self.store.expire(now_ns, never)) if self.config.max_age > 0 else []
         heap = self._ttl_heap
         while heap and heap[0][0] <= now_ns:
             _, seq = heapq.heappop(heap)
@@ -746,7 +757,8 @@ class Stream:
             for msg in self._scan(store.bounds()[0]):
                 if msg.ts_ns > cutoff:
                     break
-                due.add(msg.seq)
+                if msg.seq not in self._never:
+                    due.add(msg.seq)
         while heap and heap[0][0] <= now_ns:
             due.add(heapq.heappop(heap)[1])
         gone = 0
@@ -836,8 +848,11 @@ class Stream:
         due: int | None = None
         if self.config.max_age > 0:
             state = self.store.state()
-            if state.msgs and state.first_ts_ns:
-                due = state.first_ts_ns + self.config.max_age
+            first_ts = state.first_ts_ns
+            if self._never and state.msgs:
+                first_ts = self.store.oldest_ts(self._never)
+            if state.msgs and first_ts:
+                due = first_ts + self.config.max_age
         if self._ttl_heap:
             ttl_due = self._ttl_heap[0][0]
             due = ttl_due if due is None else min(due, ttl_due)
@@ -850,7 +865,12 @@ class Stream:
         ((msg id, seq, ts) oldest first), the last Nats-Msg-Id, the TTL schedule. It cannot
         be rebuilt from the store alone: messages that left the store still dedupe."""
         dedupe = [(msg_id, seq, ts) for msg_id, (seq, ts) in self._dedupe.items()]
-        return dedupe, self.last_msg_id, list(self._ttl_heap)
+        ttl = list(self._ttl_heap)
+        if self._never:
+            # TTL "never" rides in the schedule as an expiry time of -1.
+            first = self.store.bounds()[0]
+            ttl += [(NEVER, seq) for seq in sorted(self._never) if seq >= first]
+        return dedupe, self.last_msg_id, ttl
 
     def reload(
         self,
@@ -868,8 +888,9 @@ class Stream:
         self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
         self._prune_due = -1
         self.last_msg_id = last_msg_id
-        self._ttl_heap = [tuple(item) for item in ttl]  # type: ignore[misc]
+        self._ttl_heap = [(at, seq) for at, seq in ttl if at != NEVER]
         heapq.heapify(self._ttl_heap)
+        self._never = {seq for at, seq in ttl if at == NEVER}
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the
@@ -905,6 +926,8 @@ class Stream:
             return
         if ttl_s > 0:
             heapq.heappush(self._ttl_heap, (msg.ts_ns + ttl_s * NS_PER_S, msg.seq))
+        elif ttl_s < 0:
+            self._never.add(msg.seq)
 
     def _scan(self, start_seq: int) -> Iterable[StoredMsg]:
         seq = max(start_seq, 1)

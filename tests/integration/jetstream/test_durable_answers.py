@@ -1,7 +1,7 @@
 """Answers that confirm a change leave only once the change is durable, and a change that
 could not be made durable is reported with nats-server's error: STREAM.PURGE, MSG.DELETE
-(secure erase unless no_erase), CONSUMER.DELETE, STREAM.DELETE, acks sent as requests, and
-PubAcks at shutdown."""
+(secure erase unless no_erase), CONSUMER.DELETE, STREAM.DELETE, STREAM.CREATE (whose fsyncs
+leave the event loop), acks sent as requests, and PubAcks at shutdown."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from nats.js.api import AckPolicy
 from jetraft.jetstream.store.types import StreamStore
 from jetraft.server.js import consumer_runtime as js_consumer_runtime
 from jetraft.server.js import consumers as js_consumers
+from jetraft.server.js import store_glue
 from jetraft.server.js import streams as js_streams
 from tests.integration.jetstream.js_helpers import VS_NATS, api, err
 from tests.rawclient import RawClient
@@ -245,4 +246,74 @@ async def test_shutdown_answers_pubacks_only_after_the_running_fsync(
     await stopping
     ack = await sub.next_msg(timeout=5)
     assert b'"seq":1' in ack.data
+    await nc.close()
+
+
+def held_create_syncs(monkeypatch: pytest.MonkeyPatch, fail: str = "") -> threading.Event:
+    """Hold back the directory fsyncs of STREAM.CREATE until the event is set; with
+    ``fail``, fail those of directories inside that stream's."""
+    gate = threading.Event()
+    real = store_glue.fsync_dir
+
+    def held(path: Path) -> None:
+        gate.wait(10)
+        if fail and fail in path.parts:
+            raise OSError(5, "Input/output error", str(path))
+        real(path)
+
+    monkeypatch.setattr(store_glue, "fsync_dir", held)
+    return gate
+
+
+async def test_create_answers_after_its_fsyncs_and_the_loop_keeps_serving(
+    make_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, nc, streams = await start(make_server, tmp_path)
+    js = nc.jetstream()
+    await js.add_stream(name="OLD", subjects=["old"])
+    gate = held_create_syncs(monkeypatch)
+    body = {"name": "NEW", "subjects": ["new"]}
+    create = asyncio.ensure_future(api(nc, "STREAM.CREATE.NEW", body, timeout=15))
+    deadline = asyncio.get_running_loop().time() + 5
+    while "NEW" not in ((await api(nc, "STREAM.NAMES"))["streams"] or []):  # being created
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    await nc.publish("new", b"early", reply=inbox)  # stored at once, acknowledged only later
+    # Other clients are served while the create waits for the disk: the sync is not on the
+    # event loop (a slow disk used to stall every client of the server).
+    other = await nats.connect(nc.connected_url.geturl())
+    assert (await other.jetstream().publish("old", b"x")).seq == 1
+    info = await api(other, "STREAM.INFO.OLD")
+    assert info["config"]["name"] == "OLD"
+    await other.close()
+    await asyncio.sleep(0.3)  # bounded negative wait: nothing confirms the new stream yet
+    assert not create.done()
+    with pytest.raises(nats.errors.TimeoutError):
+        await sub.next_msg(timeout=0.01)
+    gate.set()
+    assert (await create)["config"]["name"] == "NEW"
+    assert b'"seq":1' in (await sub.next_msg(timeout=5)).data
+    assert (streams / "NEW" / "meta.json").exists()
+    await nc.close()
+
+
+async def test_create_whose_fsync_fails_is_answered_with_the_error_and_undone(
+    make_server: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, nc, streams = await start(make_server, tmp_path)
+    gate = held_create_syncs(monkeypatch, fail="BAD")
+    gate.set()
+    resp = await api(nc, "STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["bad"]})
+    code, err_code, text = err(resp)
+    assert (code, err_code) == (500, 10049) and "Input/output error" in text
+    assert resp["type"] == "io.nats.jetstream.api.v1.stream_create_response"
+    names = await api(nc, "STREAM.NAMES")
+    assert not names["streams"]
+    monkeypatch.undo()
+    # Nothing is left that would block the name.
+    again = await api(nc, "STREAM.CREATE.BAD", {"name": "BAD", "subjects": ["bad"]})
+    assert again["config"]["name"] == "BAD", again
+    assert sorted(p.name for p in streams.iterdir()) == ["BAD"]
     await nc.close()

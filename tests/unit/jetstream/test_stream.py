@@ -254,6 +254,44 @@ def test_message_ttl() -> None:
     assert err_code(pub(s, Nats_TTL="500ms")) == 10165
 
 
+@pytest.mark.parametrize("file_store", [False, True])
+def test_ttl_never_outlives_max_age_and_travels_in_the_replica_state(file_store: bool) -> None:
+    def stream() -> Stream:
+        cfg = StreamConfig(name="S", subjects=("s.>",), allow_msg_ttl=True, max_age=10 * S)
+        store = FileStore(tempfile.mkdtemp()) if file_store else MemoryStore()
+        return Stream(cfg, store, created_ns=T0)
+
+    def publish(s: Stream) -> None:
+        pub(s, ts=T0)
+        pub(s, ts=T0, Nats_TTL="never")
+        pub(s, ts=T0 + S)
+        pub(s, ts=T0 + 2 * S, Nats_TTL="never")
+        pub(s, ts=T0 + 20 * S)
+
+    s = stream()
+    publish(s)
+    # The next expiry is the oldest message max_age may take, not a kept one at the front.
+    assert s.next_expiry_ns() == T0 + 10 * S
+    assert s.apply(Expire(T0 + 15 * S)).count == 2
+    assert [m.seq for m in s._scan(1)] == [2, 4, 5]
+    assert s.next_expiry_ns() == T0 + 30 * S  # not a busy loop on seqs 2 and 4
+    # A replica's snapshot or checkpoint carries the "never" set: one rebuilt from it, its
+    # store holding the same messages, decides the same.
+    other = stream()
+    publish(other)
+    other.store.expire(T0 + 15 * S, {2, 4})  # the same store, the state beside it empty:
+    other.reload(other.config, [], "", [])
+    assert other.apply(Expire(T0 + 16 * S)).count == 2  # without the set, 2 and 4 go
+    other = stream()
+    publish(other)
+    other.store.expire(T0 + 15 * S, {2, 4})
+    dedupe, last_id, ttl = s.beside_store()
+    other.reload(other.config, dedupe, last_id, ttl)
+    s.apply(Expire(T0 + 40 * S))
+    other.apply(Expire(T0 + 40 * S))
+    assert [m.seq for m in other._scan(1)] == [m.seq for m in s._scan(1)] == [2, 4]
+
+
 def test_parse_ttl() -> None:
     assert parse_ttl_s("10") == 10
     assert parse_ttl_s("1m30s") == 90

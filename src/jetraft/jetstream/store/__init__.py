@@ -3,6 +3,7 @@
 See ``types`` for the contract both keep, ``file`` for the on-disk format and durability.
 """
 
+from jetraft.jetstream.store._recovery import MSGS_DIR
 from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.store.memory import MemoryStore
 from jetraft.jetstream.store.types import (
@@ -27,6 +28,7 @@ __all__ = [
     "ERR_MAX_MSGS",
     "ERR_MAX_MSGS_PER_SUBJECT",
     "ERR_MAX_MSG_SIZE",
+    "MSGS_DIR",
     "FileStore",
     "Filters",
     "Limits",

@@ -8,7 +8,7 @@ stores decide identically; the file store only records the outcome.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 
 from jetraft._mypyc import mypyc_attr
 from jetraft.jetstream.store import _records as rec
@@ -235,8 +235,9 @@ class BaseStore:
             self._remove(s)
         return len(seqs)
 
-    def expire(self, now_ns: int) -> list[int]:
-        """Remove messages with ``ts <= now_ns - max_age`` from the front (as nats-server)."""
+    def expire(self, now_ns: int, keep: Collection[int] = ()) -> list[int]:
+        """Remove messages with ``ts <= now_ns - max_age`` from the front (as nats-server),
+        except those in ``keep`` (a per-message TTL of "never" outlives max_age)."""
         self._check()
         max_age = self._limits.max_age_ns
         ix = self._ix
@@ -244,13 +245,28 @@ class BaseStore:
             return []
         cutoff = now_ns - max_age
         removed: list[int] = []
+        kept = False
         for seq, c, i in ix.entries(ix.first, ix.last):
             if c.tss[i] > cutoff:
                 break
-            removed.append(seq)
-        if removed:
+            if keep and seq in keep:
+                kept = True
+            else:
+                removed.append(seq)
+        if removed and not kept:
             self._compact(removed[-1] + 1)
+        elif removed:
+            for seq in removed:
+                self._remove(seq)
         return removed
+
+    def oldest_ts(self, keep: Collection[int] = ()) -> int:
+        """The timestamp of the oldest stored message not in ``keep`` (0: none)."""
+        ix = self._ix
+        for seq, c, i in ix.entries(ix.first, ix.last):
+            if not keep or seq not in keep:
+                return int(c.tss[i])
+        return 0
 
     def update_limits(self, limits: Limits) -> list[int]:
         """Apply a config update; returns the removed seqs (sorted)."""

@@ -102,8 +102,13 @@ class FileStore(BaseStore):
         first_block: int = 1,
         lock: bool = True,
         checkpoints: bool = False,
+        sync_new: bool = True,
     ) -> None:
         super().__init__(limits or Limits(), file_mode=True)
+        # False: a new store's first block is named durably by its first sync, like every
+        # later block (nothing in it is promised before): a stream create then needs one
+        # fsync less. True: a new store is durable as opened (``needs_sync`` is False).
+        self._sync_new = sync_new
         self._root = os.fspath(directory)
         self._msgs_dir = os.path.join(self._root, MSGS_DIR)
         self._block_size = block_size
@@ -178,8 +183,9 @@ class FileStore(BaseStore):
             self._wf: AppendFile = disk.open_append(self._active.path)
         else:
             self._new_active(max(self._first_block, 1))
-            disk.sync_dir(self._msgs_dir)
-            self._dir_dirty = False
+            if self._sync_new:
+                disk.sync_dir(self._msgs_dir)
+                self._dir_dirty = False
         self._ckpt_end = (self._active.idx, self._active.size)
 
     def _new_active(self, idx: int) -> None:

@@ -17,7 +17,7 @@ Contracts every implementation keeps (the parametrized tests check them on both)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -165,7 +165,13 @@ class StreamStore(Protocol):
         """nats-server PurgeEx: ``upto_seq`` removes below it; ``keep`` retains the newest n."""
         ...
 
-    def expire(self, now_ns: int) -> list[int]: ...
+    def expire(self, now_ns: int, keep: Collection[int] = ()) -> list[int]:
+        """Remove what max_age lets go from the front, except the sequences in ``keep``."""
+        ...
+
+    def oldest_ts(self, keep: Collection[int] = ()) -> int:
+        """The timestamp of the oldest stored message not in ``keep`` (0: none)."""
+        ...
 
     def update_limits(self, limits: Limits) -> list[int]: ...
 

@@ -89,8 +89,10 @@ class StreamConsumers:
         stream: StreamPort,
         disk: StoreDisk = OS_DISK,
         cipher: RecordCipher | None = None,
+        created: asyncio.Future[None] | None = None,
     ) -> None:
         self.env = env
+        self._created_gate = created  # the stream's create, while its files are syncing
         self.stream = stream
         self.disk = disk
         self.cipher = cipher  # the stream's: consumer state is sealed with it
@@ -134,8 +136,19 @@ class StreamConsumers:
         return base / name / STATE_FILE
 
     def disk_gate(self, name: str) -> asyncio.Future[None] | None:
-        fut = self._removing.get(name)
-        return fut if fut is not None and not fut.done() else None
+        gates = (self._removing.get(name), self._created_gate)
+        pending = [f for f in gates if f is not None and not f.done()]
+        if len(pending) < 2:
+            return pending[0] if pending else None
+        both: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def one_done(_f: asyncio.Future[None]) -> None:
+            if all(f.done() for f in pending) and not both.done():
+                both.set_result(None)
+
+        for f in pending:
+            f.add_done_callback(one_done)
+        return both
 
     # --- stream observer ------------------------------------------------------------------
 

@@ -41,7 +41,8 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.commit import collect
+from jetraft.server.js.commit import POOL as COMMIT_POOL
+from jetraft.server.js.commit import Barrier, collect, note_job
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
@@ -53,8 +54,8 @@ from jetraft.server.js.store_glue import (
     StreamMeta,
     account_dir,
     clear_trash,
-    create_cipher,
     load_cipher,
+    new_stream_files,
     open_store,
     read_meta,
     remove_stream_dir,
@@ -115,6 +116,7 @@ class JsAccount:
         self.runtimes: dict[str, StreamRuntime] = {}
         self.offline: dict[str, str] = {}  # stream name -> why it could not be loaded
         self._deleting: set[str] = set()  # streams whose files are being removed
+        self._creating: dict[str, asyncio.Future[None]] = {}  # creates still syncing
         js = manager.config
         self.sync_interval_ns = js.sync_interval_ns
         self.encryption = Encryption(js.encryption_key, js.cipher)
@@ -163,9 +165,13 @@ class JsAccount:
             log.info("Restored stream %s > %s", self.account.name, name)
 
     def _install(
-        self, stream: Stream, stream_dir: Path | None, cipher: RecordCipher | None = None
+        self,
+        stream: Stream,
+        stream_dir: Path | None,
+        cipher: RecordCipher | None = None,
+        created: asyncio.Future[None] | None = None,
     ) -> StreamRuntime:
-        rt = StreamRuntime(self, stream, stream_dir, cipher)
+        rt = StreamRuntime(self, stream, stream_dir, cipher, created)
         self._streams[stream.name] = stream
         self.runtimes[stream.name] = rt
         rt.start()
@@ -180,6 +186,8 @@ class JsAccount:
         # The answer leaves once every change the request made is durable (see ``commit``).
         with collect() as barrier:
             out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
+            if self._creating:
+                self._after_creates(api_subject, barrier)
         if out is None or not reply:
             return
         if barrier.empty:
@@ -190,6 +198,15 @@ class JsAccount:
             self._send(reply, out if exc is None else self._not_durable(api_subject, out, exc))
 
         barrier.wait(answer)
+
+    def _after_creates(self, api_subject: str, barrier: Barrier) -> None:
+        """Nobody learns of a stream before its create is durable: an answer naming a stream
+        whose create is still syncing (a repeated create, its info, a consumer on it) waits
+        for that too. Matching any token is cheap and at worst waits a few milliseconds."""
+        for token in api_subject.split(".")[2:]:
+            fut = self._creating.get(token)
+            if fut is not None and fut not in barrier.jobs:
+                barrier.jobs.append(fut)
 
     def _not_durable(self, subject: str, out: Any, exc: BaseException) -> Any:
         """The answer for a request whose change could not be made durable: nats-server's
@@ -261,11 +278,14 @@ class JsAccount:
             # Left over by something we did not load: never overwrite it.
             raise E.api_error(10194, err=f"{stream_dir} already exists")
         cipher = None
+        durable: Callable[[], None] | None = None
         try:
             if stream_dir is not None:
-                cipher = create_cipher(self.encryption, self.account.name, stream_dir)
-                write_meta(stream_dir, StreamMeta(cfg, created), cipher)
-            store = open_store(cfg, stream_dir, cipher)
+                meta = StreamMeta(cfg, created)
+                cipher, durable = new_stream_files(
+                    self.encryption, self.account.name, stream_dir, meta
+                )
+            store = open_store(cfg, stream_dir, cipher, created=True)
         except (OSError, StoreError) as exc:
             if stream_dir is not None:
                 # Only what this request just created goes; nothing else is touched.
@@ -275,8 +295,35 @@ class JsAccount:
         stream = Stream(cfg, store, created, self._domain)
         if cfg.first_seq > 1:
             store.purge(None, cfg.first_seq, 0)
-        self._install(stream, stream_dir, cipher)
+        ready = None if durable is None else self._sync_created(cfg.name, durable)
+        rt = self._install(stream, stream_dir, cipher, ready)
+        if cfg.first_seq > 1:
+            rt.commits.touch()  # the answer also waits for the purge to first_seq
         return stream
+
+    def _sync_created(self, name: str, durable: Callable[[], None]) -> asyncio.Future[None]:
+        """Run a create's fsyncs in a worker thread; returns their future (the gate of the
+        stream's commits). The request being handled waits for them (``note_job``), and so
+        does every API answer about the stream until they are done (``_on_api``). If they
+        fail, the stream goes again before the requester hears the error."""
+        loop = asyncio.get_running_loop()
+        synced = loop.run_in_executor(COMMIT_POOL, durable)
+
+        async def settle() -> None:
+            try:
+                await synced
+            except BaseException:
+                rt = self.runtimes.get(name)
+                if rt is not None and rt.created is synced:
+                    await asyncio.wait([self._delete(rt.stream)])
+                raise
+            finally:
+                if self._creating.get(name) is job:
+                    del self._creating[name]
+
+        job = note_job(settle(), f"creating stream {name}")
+        self._creating[name] = job
+        return synced
 
     def update_stream(self, stream: Stream, cfg: StreamConfig) -> None:
         self._check_account_limits(cfg, creating=False)
@@ -296,6 +343,9 @@ class JsAccount:
         """Stop the stream now; the answer waits until its files' removal is durable. A
         failed removal is reported to the requester, and the name stays reserved (offline)
         so that nothing is created over the remains."""
+        self._delete(stream)
+
+    def _delete(self, stream: Stream) -> asyncio.Future[None]:
         name = stream.name
         rt = self.runtimes.pop(name)
         self._streams.pop(name, None)
@@ -307,7 +357,9 @@ class JsAccount:
             if exc is not None:
                 self.offline[name] = f"delete failed: {exc}"
 
-        rt.delete().add_done_callback(removed)
+        fut = rt.delete()
+        fut.add_done_callback(removed)
+        return fut
 
     def propose(self, stream: Stream, entry: Entry) -> Result:
         return self.runtimes[stream.name].propose(entry)

@@ -2,14 +2,20 @@
 
 Layout (nats-server's): ``<store_dir>/jetstream/<account>/streams/<stream>/`` holding
 
-* ``meta.json``: the stream config and creation time, written atomically (temp file, fsync,
-  rename, directory fsync) and carrying a SHA-256 of its own content, so a torn or edited file
-  is detected instead of being half-believed;
+* ``meta.json``: the stream config and creation time, carrying a SHA-256 of its own content,
+  so a torn or edited file is detected instead of being half-believed. Updates replace it
+  atomically (temp file, fsync, rename, directory fsync);
 * ``key`` (encryption at rest): the stream's data key, sealed by a key derived from the
   configured ``encryption_key`` (see ``jetstream.store.cipher``); then ``meta.json``, the
   message blocks and the consumer state are all sealed with the data key;
 * the FileStore's files (``LOCK``, ``msgs/``);
 * ``obs/<consumer>/``: consumer state (written by the consumer glue).
+
+Creating a stream (``new_stream_files``) is split like a commit: on the event loop the tree
+is made and the files written, no fsync; the blocking half syncs each file and directory
+once, bottom-up (the files, the stream's directory, its parent), in a worker thread, and
+the answer to STREAM.CREATE waits for it. A crash before it returned may leave a partial
+directory, which was never confirmed to anyone (it loads as an offline stream).
 
 Memory streams are not written at all: like nats-server's, they vanish on restart.
 Nothing here ever deletes a stream directory except ``remove_stream_dir`` on an explicit
@@ -18,6 +24,7 @@ STREAM.DELETE; a directory that fails to load is reported and left untouched.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -28,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from jetraft.jetstream.store import MSGS_DIR
 from jetraft.jetstream.store.cipher import (
     KEY_FILE,
     CipherError,
@@ -35,6 +43,7 @@ from jetraft.jetstream.store.cipher import (
     new_key_file,
     open_key_file,
 )
+from jetraft.jetstream.store.disk import OS_DISK
 from jetraft.jetstream.store.types import StreamStore
 from jetraft.jetstream.stream_config import StreamConfig, from_wire, to_wire
 
@@ -95,15 +104,54 @@ def _key_context(account: str, stream: str) -> str:
     return f"jetraft stream {account}/{stream}"
 
 
-def create_cipher(enc: Encryption, account: str, stream_dir: Path) -> RecordCipher | None:
-    """A new stream's data key (None without encryption), its key file durable on return."""
-    if not enc.secret:
-        return None
-    stream_dir.mkdir(parents=True, exist_ok=True)
-    cipher, blob = new_key_file(enc.secret, _key_context(account, stream_dir.name), enc.cipher)
-    write_atomic(stream_dir / KEY_FILE, blob)
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: Path, blob: bytes) -> None:
+    """Write a file that must not exist yet (no fsync: see ``new_stream_files``)."""
+    with open(path, "xb") as f:
+        f.write(blob)
+
+
+def new_stream_files(
+    enc: Encryption, account: str, stream_dir: Path, meta: StreamMeta
+) -> tuple[RecordCipher | None, Callable[[], None]]:
+    """STREAM.CREATE of a file stream, on the loop: the stream's directory (which must not
+    exist) with the store's ``msgs/``, the key file (encryption at rest) and ``meta.json``,
+    written but not synced. Returns the data key (None in clear) and ``sync_new_stream``'s
+    blocking half for a worker thread: once it returned, all of it survives a power loss.
+
+    The account's directory is made durable here, on the loop, when it is missing (once per
+    account): two creates under way would otherwise each rely on the other's sync of it."""
+    parent = stream_dir.parent
+    if not parent.is_dir():
+        OS_DISK.makedirs(str(parent))
+    stream_dir.mkdir()
+    (stream_dir / MSGS_DIR).mkdir()
+    files = []
+    cipher = None
+    if enc.secret:
+        cipher, blob = new_key_file(enc.secret, _key_context(account, stream_dir.name), enc.cipher)
+        _write_new(stream_dir / KEY_FILE, blob)
+        files.append(stream_dir / KEY_FILE)
+    _write_new(stream_dir / META_FILE, _meta_blob(stream_dir, meta, cipher))
+    files.append(stream_dir / META_FILE)
+    return cipher, functools.partial(sync_new_stream, stream_dir, tuple(files))
+
+
+def sync_new_stream(stream_dir: Path, files: tuple[Path, ...]) -> None:
+    """The blocking half of ``new_stream_files``: the files' contents, then their names and
+    ``msgs/``'s in the stream's directory, then the stream's name in its parent. The name of
+    the store's first block is synced by the store's first commit (``open_store``)."""
+    for path in files:
+        fsync_file(path)
+    fsync_dir(stream_dir)
     fsync_dir(stream_dir.parent)
-    return cipher
 
 
 def load_cipher(enc: Encryption, account: str, stream_dir: Path) -> RecordCipher | None:
@@ -133,8 +181,7 @@ def _meta_aad(stream_dir: Path) -> bytes:
     return b"meta " + stream_dir.name.encode()
 
 
-def write_meta(stream_dir: Path, meta: StreamMeta, cipher: RecordCipher | None = None) -> None:
-    stream_dir.mkdir(parents=True, exist_ok=True)
+def _meta_blob(stream_dir: Path, meta: StreamMeta, cipher: RecordCipher | None) -> bytes:
     body: dict[str, object] = {
         "version": META_VERSION,
         "created": meta.created_ns,
@@ -145,8 +192,13 @@ def write_meta(stream_dir: Path, meta: StreamMeta, cipher: RecordCipher | None =
     blob = json.dumps(doc, indent=1).encode()
     if cipher is not None:
         blob = SEALED_META + cipher.seal(blob, _meta_aad(stream_dir))
-    write_atomic(stream_dir / META_FILE, blob)
-    fsync_dir(stream_dir.parent)
+    return blob
+
+
+def write_meta(stream_dir: Path, meta: StreamMeta, cipher: RecordCipher | None = None) -> None:
+    """Replace an existing stream's ``meta.json`` (a config update), durable on return. The
+    stream's directory is durable in its parent since its create: no need to sync that."""
+    write_atomic(stream_dir / META_FILE, _meta_blob(stream_dir, meta, cipher))
 
 
 def read_meta(stream_dir: Path, cipher: RecordCipher | None = None) -> StreamMeta:
@@ -191,18 +243,24 @@ def read_meta(stream_dir: Path, cipher: RecordCipher | None = None) -> StreamMet
 
 
 def open_store(
-    cfg: StreamConfig, stream_dir: Path | None, cipher: RecordCipher | None = None
+    cfg: StreamConfig,
+    stream_dir: Path | None,
+    cipher: RecordCipher | None = None,
+    *,
+    created: bool = False,
 ) -> StreamStore:
     """A MemoryStore for memory streams (or when JetStream has no directory), else the
     FileStore in ``<stream_dir>/msgs`` (created if new, recovered if existing), sealing its
-    records with ``cipher`` when given."""
+    records with ``cipher`` when given. ``created``: the directory was just made by
+    ``new_stream_files``; the store then names its first block durably with its first sync
+    instead of now (on the event loop)."""
     if cfg.storage == "memory" or stream_dir is None:
         from jetraft.jetstream.store.memory import MemoryStore
 
         return MemoryStore()
     from jetraft.jetstream.store.file import FileStore
 
-    store = FileStore(str(stream_dir), cipher=cipher)
+    store = FileStore(str(stream_dir), cipher=cipher, sync_new=not created)
     for path, offset, cut in store.truncated:
         # A torn last write (a crash mid-write) - or damage of the very last record, which
         # looks the same: say so, the data cut was never acknowledged unless it was damage.

@@ -89,8 +89,12 @@ class StreamRuntime:
         stream: Stream,
         stream_dir: Path | None,
         cipher: RecordCipher | None = None,
+        created: asyncio.Future[None] | None = None,
     ) -> None:
         self.acct = acct
+        # A new stream's files are still being synced until this is done: no commit of the
+        # stream or of its consumers may be reported durable before (see ``manager``).
+        self.created = created
         self._stream = stream
         self.stream_dir = stream_dir
         self.loop = asyncio.get_running_loop()
@@ -99,11 +103,11 @@ class StreamRuntime:
         # retention registry, and their "no longer needed" comes back through our propose.
         self.cipher = cipher  # encryption at rest: the stream's record cipher
         env = ConsumerEnv(acct.router, acct.account, acct.rng)
-        self.consumers = StreamConsumers(env, self, cipher=cipher)
+        self.consumers = StreamConsumers(env, self, cipher=cipher, created=created)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
         stream.add_observer(self)
         self.closed = False
-        self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit)
+        self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit, gate=created)
         # (reply, PubAck body) waiting for the next commit (one batch)
         self._acks: list[tuple[str, bytes]] = []
         self._persisted = False
@@ -250,6 +254,8 @@ class StreamRuntime:
         return note_job(self._remove(), f"deleting stream {self.name}")
 
     async def _remove(self) -> None:
+        if self.created is not None and not self.created.done():
+            await asyncio.wait([self.created])  # its fsyncs must not find the files gone
         await self.consumers.abandon()
         await self.commits.abandon()
         self.store.abandon()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -534,3 +535,19 @@ def test_failed_fsync_poisons_the_store(tmp_path: Path) -> None:
     s = FileStore(tmp_path)
     assert s.state().msgs == 1  # the write reached the OS; only its fsync is in doubt
     s.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_new_store_left_to_name_its_block_on_first_sync_keeps_what_that_sync_covered(
+    seed: int,
+) -> None:
+    disk = MemDisk()
+    s = FileStore("/s", disk=disk, sync_new=False)
+    assert s.needs_sync  # the first block's name is not durable yet
+    s.store("a", None, b"kept", 0)
+    s.sync()
+    s.store("a", None, b"maybe", 1)
+    disk.crash(random.Random(seed))  # power loss
+    again = FileStore("/s", disk=disk)
+    assert again.load(1) is not None and again.load(1).data == b"kept"  # type: ignore[union-attr]
+    again.close()
