@@ -49,7 +49,10 @@ class RawClient:
         """Read ``count`` MSG/HMSG frames, checking each one's sizes and terminator."""
         out: list[Frame] = []
         while len(out) < count:
-            line = await asyncio.wait_for(self.reader.readline(), TIMEOUT_S)
+            try:
+                line = await asyncio.wait_for(self.reader.readline(), TIMEOUT_S)
+            except TimeoutError:
+                raise AssertionError(_short_of(out, count)) from None
             if not line:
                 raise ConnectionError("the server closed the connection")
             assert line.endswith(b"\r\n"), line
@@ -70,3 +73,13 @@ class RawClient:
     async def close(self) -> None:
         self.writer.close()
         await self.writer.wait_closed()
+
+
+def _short_of(got: list[Frame], count: int) -> str:
+    """What arrived before a wait for frames timed out: per sid, how many and the last one."""
+    seen: dict[str, tuple[int, str]] = {}
+    for f in got:
+        n, _ = seen.get(f.sid, (0, ""))
+        seen[f.sid] = (n + 1, f.subject)
+    parts = ", ".join(f"sid {sid}: {n} (last on {subj})" for sid, (n, subj) in seen.items())
+    return f"timed out after {len(got)} of {count} frames; {parts or 'none'}"
