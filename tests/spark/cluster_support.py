@@ -365,6 +365,9 @@ def create_stream(cluster: NatsCluster, name: str, subjects: list[str], **cfg: A
     cluster.wait_stream_current(name)
 
 
+ACK_WAIT_S = 10.0
+
+
 def publish(
     cluster: NatsCluster, items: list[tuple[str, bytes]], avoid: tuple[int, ...] = ()
 ) -> list[int]:
@@ -387,7 +390,12 @@ def publish(
                     subject, data = items[i]
                     hdrs = {"Nats-Msg-Id": f"{tag}-{i}"}
                     futures.append(await js.publish_async(subject, data, headers=hdrs))
-                acks = await asyncio.gather(*futures, return_exceptions=True)
+                # A PubAck may never come (a publish through a server that just restarted,
+                # a leader moving): nats-py's futures wait forever, so each gets a deadline
+                # and the message is sent again with its id.
+                acks = await asyncio.gather(
+                    *(asyncio.wait_for(f, ACK_WAIT_S) for f in futures), return_exceptions=True
+                )
                 for i, ack in zip(part, acks, strict=True):
                     if isinstance(ack, BaseException):
                         failed.append(i)
