@@ -75,6 +75,7 @@ def _digest(body: dict[str, object]) -> str:
 
 
 def fsync_dir(path: Path) -> None:
+    """fsync a directory, or a file by its path (both open read-only for it)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -102,14 +103,6 @@ class Encryption:
 
 def _key_context(account: str, stream: str) -> str:
     return f"jetraft stream {account}/{stream}"
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _write_new(path: Path, blob: bytes) -> None:
@@ -149,7 +142,7 @@ def sync_new_stream(stream_dir: Path, files: tuple[Path, ...]) -> None:
     ``msgs/``'s in the stream's directory, then the stream's name in its parent. The name of
     the store's first block is synced by the store's first commit (``open_store``)."""
     for path in files:
-        fsync_file(path)
+        fsync_dir(path)  # a file: the same call
     fsync_dir(stream_dir)
     fsync_dir(stream_dir.parent)
 
