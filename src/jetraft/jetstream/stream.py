@@ -60,7 +60,7 @@ from jetraft.jetstream.models import format_time
 from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
-from jetraft.protocol.subjects import is_valid_subject, subject_matches
+from jetraft.protocol.subjects import is_literal, is_valid_subject, subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
 NS_PER_S = 1_000_000_000
@@ -642,7 +642,11 @@ class Stream:
         seq_subject = h.get(EXPECTED_LAST_SUBJ_SEQ_SUBJ)
         if subj_seq is not None:
             subject = seq_subject or e.subject
-            last = self.store.last_seq_for_subject(subject)
+            # The subject given for the check may be a filter: its last matching message.
+            if is_literal(subject):
+                last = self.store.last_seq_for_subject(subject)
+            else:
+                last = self.store.last_seq_matching(subject)
             if _parse_seq(subj_seq) != last:
                 return E.wrong_last_sequence(last)
         elif seq_subject:
