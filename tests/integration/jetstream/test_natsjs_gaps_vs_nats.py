@@ -56,3 +56,38 @@ async def test_expected_last_subject_sequence_on_a_wildcard_filter(tmp_path: Pat
     theirs, ours = await on_both_servers(tmp_path, _last_subject_seq_scenario)
     assert ours == theirs
     assert theirs == [10071, 10071, 4, 5, 6, 7, 8]
+
+
+async def _terminated_scenario(url: str) -> list[dict[str, Any]]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        config = {"name": "T", "subjects": ["t.*"]}
+        await nc.request("$JS.API.STREAM.CREATE.T", json.dumps(config).encode(), timeout=2)
+        consumer = {"stream_name": "T", "config": {"name": "c", "ack_policy": "explicit"}}
+        await nc.request("$JS.API.CONSUMER.CREATE.T.c", json.dumps(consumer).encode(), timeout=2)
+        advisories = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>")
+        await nc.flush()
+        for subject in ("t.a", "t.b"):
+            await nc.request(subject, b"x", timeout=2)
+        js = nc.jetstream()
+        sub = await js.pull_subscribe_bind("c", "T")
+        first, second = await sub.fetch(2, timeout=2)
+        await nc.publish(first.reply, b"+TERM  no good ")
+        await nc.publish(second.reply, b"+TERM")
+        out = []
+        for _ in range(2):
+            adv = await advisories.next_msg(timeout=5)
+            body = json.loads(adv.data)
+            assert body.pop("id") and body.pop("timestamp")  # fresh per advisory
+            out.append({"subject": adv.subject, **body})
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_term_sends_a_terminated_advisory(tmp_path: Path) -> None:
+    """+TERM (with or without a reason) publishes a MSG_TERMINATED advisory naming the
+    message; nats.js's advisories() iterator and monitoring tools listen for it."""
+    theirs, ours = await on_both_servers(tmp_path, _terminated_scenario)
+    assert ours == theirs
+    assert [(a["stream_seq"], a.get("reason")) for a in theirs] == [(1, "no good"), (2, None)]

@@ -8,19 +8,25 @@ the consumer group's entry that holds them).
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
+import uuid
 from collections.abc import Sequence
 
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
 from jetraft.jetstream.consumer import Acked, ConsumerCore, Entry, Nakked, Progress
 from jetraft.jetstream.consumer_config import ConsumerConfig
+from jetraft.jetstream.models import format_time
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.commit import CommitQueue, collect
 from jetraft.server.js.consumer_env import ConsumerOwner, Replicator
 
 log = logging.getLogger("jetraft.js.consumers")
+
+TERMINATED_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED"
+TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
 
 
 def now_ns() -> int:
@@ -85,6 +91,8 @@ class AckIntake:
             sseq, dseq = info.sseq, info.dseq
         self.last_activity_ns = now = now_ns()
         body = data.strip() if data else b""
+        if body.startswith(b"+TERM"):
+            self._advise_terminated(subject, sseq, dseq, body[5:], now)
         if not reply:
             self._apply_ack(body, sseq, dseq, None, now)
             return
@@ -228,6 +236,29 @@ class AckIntake:
         else:
             return False
         return True
+
+    def _advise_terminated(
+        self, subject: str, sseq: int, dseq: int, reason: bytes, now: int
+    ) -> None:
+        """The MSG_TERMINATED advisory nats-server sends for every +TERM (tools and nats.js's
+        advisories() watch for it)."""
+        info = parse_ack_subject(subject)
+        core = self.core
+        event: dict[str, object] = {
+            "type": TERMINATED_TYPE,
+            "id": uuid.uuid4().hex[:22],
+            "timestamp": format_time(now),
+            "stream": core.stream,
+            "consumer": core.name,
+            "consumer_seq": dseq,
+            "stream_seq": sseq,
+            "deliveries": info.dc if info is not None else 1,
+        }
+        text = reason.strip().decode(errors="replace")
+        if text:
+            event["reason"] = text
+        advisory = f"{TERMINATED_ADVISORY}.{core.stream}.{core.name}"
+        self.client.publish(advisory, json.dumps(event, separators=(",", ":")).encode())
 
     def _acks_answered(self, replies: list[str], exc: BaseException | None) -> None:
         if exc is None:
