@@ -56,6 +56,8 @@ class PullRequest:
     max_bytes: int = 0
     no_wait: bool = False
     idle_heartbeat_ns: int = 0
+    group: str = ""  # priority group ("" = none given)
+    pin_id: str = ""  # the Nats-Pin-Id a pinned client got before ("" = none)
 
 
 def parse_pull_request(data: bytes) -> PullRequest:
@@ -78,6 +80,8 @@ def parse_pull_request(data: bytes) -> PullRequest:
             max_bytes=max(req.max_bytes or 0, 0),
             no_wait=bool(req.no_wait),
             idle_heartbeat_ns=max(hb, 0),
+            group=req.group or "",
+            pin_id=req.id or "",
         )
     try:
         return PullRequest(batch=int(body))
@@ -96,6 +100,45 @@ class WaitingRequest:
     next_hb_ns: int
     received_ns: int
     d: int = 0  # messages delivered so far
+    group: str = ""
+    pin_id: str = ""
+
+
+@dataclass(slots=True)
+class Pin:
+    """priority_policy pinned_client: the one requester (by pin id) that gets messages.
+
+    The pin goes to the first plain request when none is held, and lapses when the pinned
+    client sends no pull request for ``ttl_ns`` (the consumer's priority_timeout); then the
+    next requester takes over. Requests that name another pin id are ended with 423."""
+
+    ttl_ns: int
+    new_id: Callable[[], str]
+    current: str = ""
+    group: str = ""
+    since_ns: int = 0
+    expires_at_ns: int = 0
+
+    def assign(self, group: str, now_ns: int) -> str:
+        self.current = self.new_id()
+        self.group = group
+        self.since_ns = now_ns
+        self.expires_at_ns = now_ns + self.ttl_ns
+        return self.current
+
+    def refresh(self, now_ns: int) -> None:
+        self.expires_at_ns = now_ns + self.ttl_ns
+
+    def clear(self) -> None:
+        self.current = self.group = ""
+        self.since_ns = self.expires_at_ns = 0
+
+    def lapse(self, now_ns: int) -> bool:
+        """Drop a pin whose client went quiet; True when one was dropped."""
+        if self.current and now_ns >= self.expires_at_ns:
+            self.clear()
+            return True
+        return False
 
 
 def pending_items(wr: WaitingRequest) -> tuple[tuple[str, str], ...]:
@@ -108,6 +151,7 @@ class WaitQueue:
     def __init__(self, max_waiting: int) -> None:
         self.max_waiting = max_waiting
         self.reqs: list[WaitingRequest] = []
+        self.pin: Pin | None = None  # set for priority_policy pinned_client
         self.last_ns = 0  # last time a request arrived or a message went out (inactivity)
 
     def __len__(self) -> int:
@@ -154,7 +198,7 @@ class WaitQueue:
 
     def next_deadline(self) -> int:
         """The earliest expiry or heartbeat among queued requests (0 = none)."""
-        best = 0
+        best = self.pin.expires_at_ns if self.pin is not None and self.pin.current else 0
         for wr in self.reqs:
             for t in (wr.expires_at_ns, wr.next_hb_ns if wr.hb_ns else 0):
                 if t and (not best or t < best):
@@ -169,32 +213,44 @@ class WaitQueue:
         Requests that expired, lost interest, or cannot take a message this large are
         finished on the way (with the status their requesters expect)."""
         out: list[Status] = []
-        while self.reqs:
-            wr = self.reqs[0]
+        reqs, pin = self.reqs, self.pin
+        i = 0
+        while i < len(reqs):
+            wr = reqs[i]
             if wr.expires_at_ns and now_ns >= wr.expires_at_ns:
                 out.append(status(wr.reply, 408, "Request Timeout", pending_items(wr)))
-                self.reqs.pop(0)
+                reqs.pop(i)
+                continue
+            if pin is not None and wr.pin_id != pin.current:
+                if wr.pin_id:
+                    # Pinned before, but the pin moved on (or lapsed): the client learns it.
+                    out.append(status(wr.reply, 423, "Nats-Wrong-Pin-Id", pending_items(wr)))
+                    reqs.pop(i)
+                else:
+                    i += 1  # not the pinned client: waits its turn
                 continue
             if wr.b > 0 and size > wr.b:
                 out.append(
                     status(wr.reply, 409, "Message Size Exceeds MaxBytes", pending_items(wr))
                 )
-                self.reqs.pop(0)
+                reqs.pop(i)
                 continue
             if not has_interest(wr.reply):
-                self.reqs.pop(0)
+                reqs.pop(i)
                 continue
+            if pin is not None and not pin.current:
+                wr.pin_id = pin.assign(wr.group, now_ns)
             if wr.b > 0:
                 wr.b -= size
                 if wr.b == 0:
                     wr.n = 1  # this one fits exactly; nothing more after it
             wr.n -= 1
             wr.d += 1
-            self.reqs.pop(0)
+            reqs.pop(i)
             if wr.n > 0:
                 # Still wanting more: to the back of the line, so waiting requesters take
                 # turns (nats-server's wait queue does the same).
-                self.reqs.append(wr)
+                reqs.append(wr)
                 if wr.hb_ns:
                     wr.next_hb_ns = now_ns + wr.hb_ns
             self.last_ns = now_ns

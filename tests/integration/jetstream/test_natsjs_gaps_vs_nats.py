@@ -91,3 +91,63 @@ async def test_term_sends_a_terminated_advisory(tmp_path: Path) -> None:
     theirs, ours = await on_both_servers(tmp_path, _terminated_scenario)
     assert ours == theirs
     assert [(a["stream_seq"], a.get("reason")) for a in theirs] == [(1, "no good"), (2, None)]
+
+
+async def _pinned_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.P", b'{"name": "P", "subjects": ["p"]}', timeout=2)
+        for _ in range(4):
+            await nc.request("p", b"x", timeout=2)
+        consumer = {"stream_name": "P", "config": {
+            "durable_name": "c", "ack_policy": "explicit", "priority_groups": ["g"],
+            "priority_policy": "pinned_client", "priority_timeout": 1_000_000_000}}
+        await nc.request("$JS.API.CONSUMER.CREATE.P.c", json.dumps(consumer).encode(), timeout=2)
+        next_subject = "$JS.API.CONSUMER.MSG.NEXT.P.c"
+        out: list[Any] = []
+
+        def seen(msg: Any) -> tuple[Any, ...]:
+            hdrs = msg.headers or {}
+            if not msg.data and "Status" in hdrs:
+                return ("status", hdrs["Status"], hdrs.get("Description"))
+            return ("msg", msg.reply.split(".")[5], bool(hdrs.get("Nats-Pin-Id")))
+
+        async def pull(body: dict[str, Any]) -> Any:
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish(next_subject, json.dumps(body).encode(), reply=inbox)
+            return sub
+
+        for body in ({"batch": 1}, {"batch": 1, "group": "nope"}):
+            out.append(seen(await (await pull(body)).next_msg(timeout=2)))
+        a = await pull({"batch": 1, "group": "g", "expires": 5_000_000_000})
+        first = await a.next_msg(timeout=2)
+        pin_a = first.headers["Nats-Pin-Id"]
+        out.append(seen(first))
+        # B asks without a pin id while A holds the pin: it waits.
+        b = await pull({"batch": 1, "group": "g", "expires": 5_000_000_000})
+        bad = await pull({"batch": 1, "group": "g", "id": "not-the-pin", "expires": 1_000_000_000})
+        out.append(seen(await bad.next_msg(timeout=2)))
+        again = await pull({"batch": 1, "group": "g", "id": pin_a, "expires": 5_000_000_000})
+        out.append(seen(await again.next_msg(timeout=2)))
+        # A goes quiet: after priority_timeout the pin passes to B, with a new id.
+        taken = await b.next_msg(timeout=4)
+        out.append(seen(taken))
+        out.append(taken.headers["Nats-Pin-Id"] != pin_a)
+        late = await pull({"batch": 1, "group": "g", "id": pin_a, "expires": 1_000_000_000})
+        out.append(seen(await late.next_msg(timeout=2)))
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_pinned_client_priority_policy(tmp_path: Path) -> None:
+    """priority_policy pinned_client: one requester gets the messages (told its Nats-Pin-Id),
+    others wait; a wrong pin id is refused with 423; a pinned client that stops pulling
+    for priority_timeout loses the pin to the next requester."""
+    theirs, ours = await on_both_servers(tmp_path, _pinned_scenario)
+    assert ours == theirs
+    assert theirs[0] == ("status", "400", "Bad Request - Priority Group missing")
+    assert theirs[2:5] == [("msg", "1", True), ("status", "423", "Nats-Pin-Id mismatch"),
+                           ("msg", "2", True)]
+    assert theirs[5:] == [("msg", "3", True), True, ("status", "423", "Nats-Pin-Id mismatch")]

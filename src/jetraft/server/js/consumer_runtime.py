@@ -44,6 +44,7 @@ from jetraft.server.js.consumer_env import (
     headers_only,
     write_state,
 )
+from jetraft.server.js.consumer_pin import new_pin, priority_refusal, with_pin_id
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -79,6 +80,7 @@ class ConsumerRuntime(AckIntake):
         self.closed = False
         self.client = owner.new_client(f"consumer {core.stream} > {core.name}")
         self.waitq = WaitQueue(core.cfg.max_waiting)
+        self.waitq.pin = new_pin(core.cfg)
         self._kicked = False
         self._interest_memo: dict[str, bool] = {}
         self._ack_prefix = f"$JS.ACK.{core.stream}.{core.name}."
@@ -201,6 +203,11 @@ class ConsumerRuntime(AckIntake):
             self._pause_timer.cancel()
             self._pause_timer = None
         self.waitq.max_waiting = cfg.max_waiting
+        if (cfg.priority_policy, cfg.priority_timeout) != (
+            old.priority_policy,
+            old.priority_timeout,
+        ):
+            self.waitq.pin = new_pin(cfg)
         if cfg.deliver_subject != old.deliver_subject:
             # Everything outstanding goes to the new deliver subject.
             self._force_expire_pending()
@@ -368,6 +375,8 @@ class ConsumerRuntime(AckIntake):
                 core.requeue(cand)
                 return False
             dsubj = wr.reply
+            if wr.pin_id:
+                hdr = with_pin_id(hdr, wr.pin_id)
         self.propose(Delivered(dseq, sseq, cand.dc, now), touch=False)
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
@@ -452,6 +461,11 @@ class ConsumerRuntime(AckIntake):
             self._send_status(status(reply, 409, refusal))
             return
         now = now_ns()
+        if cfg.priority_policy != "none":
+            group_refusal = priority_refusal(cfg, self.waitq.pin, req, now)
+            if group_refusal is not None:
+                self._send_status(status(reply, *group_refusal))
+                return
         self.last_activity_ns = now
         if self.waitq.is_full():
             self._after_run(now, eos=False)
@@ -476,6 +490,8 @@ class ConsumerRuntime(AckIntake):
             hb_ns=hb,
             next_hb_ns=now + hb if hb else 0,
             received_ns=now,
+            group=req.group,
+            pin_id=req.pin_id,
         )
         if not self.waitq.add(wr):
             if not hb:
@@ -514,6 +530,9 @@ class ConsumerRuntime(AckIntake):
         # A delivery run already scheduled decides for itself.
         for st in self.waitq.process(now, not self._kicked, self._interest):
             self._send_status(st)
+        pin = self.waitq.pin
+        if pin is not None and pin.lapse(now):
+            self.kick()  # the next requester takes the pin
         core = self.core
         for st in self.waitq.heartbeats(now, lambda: heartbeat_hdr(core.dseq - 1, core.sseq - 1)):
             self._send_status(st)
