@@ -151,3 +151,49 @@ async def test_pinned_client_priority_policy(tmp_path: Path) -> None:
     assert theirs[2:5] == [("msg", "1", True), ("status", "423", "Nats-Pin-Id mismatch"),
                            ("msg", "2", True)]
     assert theirs[5:] == [("msg", "3", True), True, ("status", "423", "Nats-Pin-Id mismatch")]
+
+
+async def _actions_scenario(url: str) -> list[tuple[str, dict[str, Any]]]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        events = await nc.subscribe("$JS.EVENT.ADVISORY.>")
+        await nc.flush()
+
+        async def api(subject: str, body: dict[str, Any] | None = None) -> None:
+            data = json.dumps(body).encode() if body is not None else b""
+            answer = json.loads((await nc.request("$JS.API." + subject, data, timeout=2)).data)
+            assert "error" not in answer, answer
+
+        stream = {"name": "A", "subjects": ["a"]}
+        await api("STREAM.CREATE.A", stream)
+        await api("STREAM.CREATE.A", stream)  # the same again: nothing changes, no advisory
+        await api("STREAM.UPDATE.A", {**stream, "max_msgs": 10})
+        durable = {"stream_name": "A", "config": {"durable_name": "d", "ack_policy": "explicit"}}
+        await api("CONSUMER.DURABLE.CREATE.A.d", durable)
+        await api("CONSUMER.DURABLE.CREATE.A.d", durable)
+        await api("CONSUMER.DELETE.A.d")
+        await api("STREAM.DELETE.A")
+        out: list[tuple[str, dict[str, Any]]] = []
+        for _ in range(30):  # the 5 action advisories, among nats-server's audit events
+            if len(out) == 5:
+                break
+            msg = await events.next_msg(timeout=5)
+            body = json.loads(msg.data)
+            if body["type"].endswith("api_audit"):
+                continue  # nats-server's API audit events are not covered here
+            assert body.pop("id") and body.pop("timestamp")
+            out.append((msg.subject, body))
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_stream_and_consumer_action_advisories(tmp_path: Path) -> None:
+    """Creating, changing and deleting streams and consumers publish the action advisories
+    nats-server publishes (nats.js's jsm.advisories() reports them)."""
+    theirs, ours = await on_both_servers(tmp_path, _actions_scenario)
+    assert ours == theirs
+    assert [s for s, _ in theirs] == [
+        "$JS.EVENT.ADVISORY.STREAM.CREATED.A", "$JS.EVENT.ADVISORY.STREAM.UPDATED.A",
+        "$JS.EVENT.ADVISORY.CONSUMER.CREATED.A.d", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.A.d",
+        "$JS.EVENT.ADVISORY.STREAM.DELETED.A"]

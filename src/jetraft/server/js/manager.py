@@ -41,6 +41,7 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
+from jetraft.server.js.advisories import action_advisory, existed_before
 from jetraft.server.js.commit import POOL as COMMIT_POOL
 from jetraft.server.js.commit import Barrier, collect, note_job
 from jetraft.server.js.consumers import StreamConsumers
@@ -183,21 +184,36 @@ class JsAccount:
         api_subject = normalise_subject(subject, self._domain)
         if api_subject is None:
             return
+        existed = existed_before(api_subject, self._exists)
         # The answer leaves once every change the request made is durable (see ``commit``).
         with collect() as barrier:
             out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
             if self._creating:
                 self._after_creates(api_subject, barrier)
-        if out is None or not reply:
+        if out is None:
             return
         if barrier.empty:
-            self._send(reply, out)
+            self._send(reply or "", out)
+            self._advise(api_subject, out, existed)
             return
 
         def answer(exc: BaseException | None) -> None:
-            self._send(reply, out if exc is None else self._not_durable(api_subject, out, exc))
+            if exc is not None:
+                self._send(reply or "", self._not_durable(api_subject, out, exc))
+                return
+            self._send(reply or "", out)
+            self._advise(api_subject, out, existed)
 
         barrier.wait(answer)
+
+    def _exists(self, stream: str, consumer: str) -> bool:
+        found = self._streams.get(stream)
+        return found is not None and (not consumer or consumer in found.consumers)
+
+    def _advise(self, api_subject: str, out: Any, existed: bool) -> None:
+        advisory = action_advisory(api_subject, out, existed, time.time_ns())
+        if advisory is not None:
+            self.api_client.publish(*advisory)
 
     def _after_creates(self, api_subject: str, barrier: Barrier) -> None:
         """Nobody learns of a stream before its create is durable: an answer naming a stream
