@@ -14,7 +14,7 @@ import nats
 import pytest
 
 from tests.cluster.conftest import ClusterFactory
-from tests.cluster.harness import Cluster, stream_leader, wait_until
+from tests.cluster.harness import CLUSTER, Cluster, stream_leader, wait_until
 from tests.cluster.test_js_faults import _publish_reliably
 
 pytestmark = pytest.mark.timeout(240)
@@ -81,3 +81,24 @@ async def test_r3_sourcing_survives_sigkill_of_its_leader(make_cluster: ClusterF
     await wait_until(lambda: cl.stream_messages("S") == {n.name: N for n in cl.nodes}, 60,
                      "the restarted replica of S to catch up")
     await nc.close()
+
+
+async def test_stream_info_lists_mirrors_as_alternates(make_cluster: ClusterFactory) -> None:
+    """In a cluster a stream's info names where it can be read: itself and its mirrors
+    (``alternates``, which nats.js's streams.get(...).alternates()/best() use); a stream
+    nobody mirrors has none."""
+    cl: Cluster = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    nc = await cl.connect(cl.nodes[1])
+    try:
+        for body in ({"name": "ORIG", "subjects": ["orig"]}, {"name": "LONE", "subjects": ["l"]},
+                     {"name": "COPY", "mirror": {"name": "ORIG"}}):
+            got = await _api(nc, f"STREAM.CREATE.{body['name']}", body)
+            assert "error" not in got, got
+        info = await _api(nc, "STREAM.INFO.ORIG", {})
+        assert info["alternates"] == [{"name": "ORIG", "cluster": CLUSTER},
+                                      {"name": "COPY", "cluster": CLUSTER}]
+        assert "alternates" not in await _api(nc, "STREAM.INFO.LONE", {})
+    finally:
+        await nc.close()

@@ -292,6 +292,9 @@ class ClusterApi:
             out = stream_api.handle_stream_info(view, subject, reply, data)
             if "error" not in out:
                 out["cluster"] = replica.cluster_info()
+                alternates = self._alternates(name)
+                if alternates:
+                    out["alternates"] = alternates
             self._reply(reply, out, error="error" in out)
         elif pattern == "STREAM.MSG.GET.*":
             out = stream_api.handle_msg_get(view, subject, reply, data)
@@ -302,6 +305,20 @@ class ClusterApi:
             self._spawn(self._answer(route.kind, reply, self._msg_delete(view, subject, data)))
         elif pattern == "STREAM.LEADER.STEPDOWN.*":
             self._spawn(self._answer(route.kind, reply, self._stream_stepdown(replica, data)))
+
+    def _alternates(self, name: str) -> list[dict[str, str]]:
+        """The stream and its mirrors, where a client may read it (nats-server lists them
+        in a clustered stream's info when there is more than the stream itself)."""
+        names = [name]
+        for (account, other), sa in self.js.meta.state.streams.items():
+            mirror = sa.config.mirror
+            if account == self.account.name and mirror is not None and mirror.name == name:
+                names.append(other)
+        if len(names) == 1:
+            return []
+        extra = {"domain": self.js.domain} if self.js.domain else {}
+        cluster = self.js.cluster_name
+        return [{"name": n, **extra, "cluster": cluster} for n in [name, *sorted(names[1:])]]
 
     async def _purge(self, view: StreamView, subject: str, data: bytes) -> Any:
         try:
