@@ -1,0 +1,1 @@
+export { join, resolve, dirname, basename } from "node:path";
