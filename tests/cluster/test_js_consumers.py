@@ -281,3 +281,46 @@ async def test_a_burst_of_acks_from_another_server_takes_effect(shared_cluster: 
     await raw.close()
     for c in (spy, nc, admin):
         await c.close()
+
+
+async def test_pinned_client_and_unpin_through_any_server(shared_cluster: Cluster) -> None:
+    """An R3 pinned_client consumer: the pin and CONSUMER.UNPIN are the consumer leader's
+    business, whichever server the admin talks to."""
+    cl = shared_cluster
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[2])
+    await admin.jetstream(timeout=10).add_stream(name="PIN", subjects=["pin"], num_replicas=3)
+    for _ in range(2):
+        await admin.request("pin", b"x", timeout=10)
+    consumer = {"stream_name": "PIN", "config": {
+        "durable_name": "c", "ack_policy": "explicit", "num_replicas": 3,
+        "priority_groups": ["g"], "priority_policy": "pinned_client",
+        "priority_timeout": 60_000_000_000}}
+    made = await admin.request("$JS.API.CONSUMER.CREATE.PIN.c", json.dumps(consumer).encode(),
+                               timeout=10)
+    assert "error" not in json.loads(made.data), made.data
+    leader = await _consumer_leader(admin, "PIN", "c")
+    # The pulling clients sit on the leader's server: its subscription to pull requests is
+    # there at once (elsewhere it reaches the others over the routes).
+    node = cl.node(leader)
+    a, b = await cl.connect(node), await cl.connect(node)
+    try:
+        nxt = "$JS.API.CONSUMER.MSG.NEXT.PIN.c"
+        # Not request(): a delivered message carries the stream's subject, not the inbox.
+        mine = await a.subscribe(a.new_inbox())
+        await a.publish(nxt, b'{"batch": 1, "group": "g"}', reply=mine.subject)
+        first = await mine.next_msg(timeout=10)
+        pin_a = first.headers["Nats-Pin-Id"]
+        inbox = b.new_inbox()
+        waiting = await b.subscribe(inbox)
+        await b.publish(nxt, b'{"batch": 1, "group": "g", "expires": 20000000000}', reply=inbox)
+        await b.flush()
+        bad = await admin.request("$JS.API.CONSUMER.UNPIN.PIN.c", b'{"group": "h"}', timeout=10)
+        assert json.loads(bad.data)["error"]["err_code"] == 10160
+        done = await admin.request("$JS.API.CONSUMER.UNPIN.PIN.c", b'{"group": "g"}', timeout=10)
+        assert json.loads(done.data) == {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"}
+        second = await waiting.next_msg(timeout=10)
+        assert second.headers["Nats-Pin-Id"] not in ("", pin_a)
+    finally:
+        for nc in (a, b, admin):
+            await nc.close()

@@ -79,6 +79,7 @@ _KINDS: tuple[tuple[str, str], ...] = (
     ("CONSUMER.NAMES.", "consumer_names_response"),
     ("CONSUMER.LIST.", "consumer_list_response"),
     ("CONSUMER.PAUSE.", "consumer_pause_response"),
+    ("CONSUMER.UNPIN.", "consumer_unpin_response"),
     ("CONSUMER.LEADER.STEPDOWN.", "consumer_leader_stepdown_response"),
 )
 

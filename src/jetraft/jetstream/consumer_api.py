@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -62,6 +63,8 @@ class ConsumerHandle(Protocol):
     def write_now(self) -> None: ...
 
     def deliver_bound(self) -> bool: ...
+
+    def unpin(self) -> None: ...
 
 
 class ConsumerSet(Protocol):
@@ -463,6 +466,43 @@ def handle_pause(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict
     return pause_response(until_ns, ctx.now_ns())
 
 
+UNPIN_KIND = "consumer_unpin_response"
+_GROUP_NAME = re.compile(r"[a-zA-Z0-9/_=-]{1,16}")
+
+
+class _UnpinRequest(msgspec.Struct):
+    group: str = ""
+
+
+def unpin_group(data: bytes, cfg: ConsumerConfig | None = None) -> str:
+    """The priority group an UNPIN request names, checked as nats-server checks it (against
+    the consumer's groups when ``cfg`` is given); raises ConsumerError."""
+    try:
+        req = msgspec.json.decode(data, type=_UnpinRequest)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise invalid_json(exc) from None
+    if not req.group:
+        raise cerr(10025, err="consumer group not specified")
+    if not _GROUP_NAME.fullmatch(req.group):
+        raise cerr(10162)
+    if cfg is not None and req.group not in cfg.priority_groups:
+        raise cerr(10160)
+    return req.group
+
+
+def handle_unpin(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
+    """Take the pin from a pinned_client consumer's pinned client: the next requester gets
+    it."""
+    try:
+        unpin_group(data)
+        _, handle = _lookup(ctx, subject)
+        unpin_group(data, handle.cfg)
+    except ConsumerError as exc:
+        return _error(UNPIN_KIND, exc)
+    handle.unpin()
+    return {"type": PREFIX + UNPIN_KIND}
+
+
 def handle_stepdown(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict[str, Any]:
     kind = "consumer_leader_stepdown_response"
     try:
@@ -486,5 +526,6 @@ HANDLERS: dict[str, Handler] = {
     "CONSUMER.LIST.*": handle_list,
     "CONSUMER.MSG.NEXT.*.*": handle_next,
     "CONSUMER.PAUSE.*.*": handle_pause,
+    "CONSUMER.UNPIN.*.*": handle_unpin,
     "CONSUMER.LEADER.STEPDOWN.*.*": handle_stepdown,
 }

@@ -197,3 +197,54 @@ async def test_stream_and_consumer_action_advisories(tmp_path: Path) -> None:
         "$JS.EVENT.ADVISORY.STREAM.CREATED.A", "$JS.EVENT.ADVISORY.STREAM.UPDATED.A",
         "$JS.EVENT.ADVISORY.CONSUMER.CREATED.A.d", "$JS.EVENT.ADVISORY.CONSUMER.DELETED.A.d",
         "$JS.EVENT.ADVISORY.STREAM.DELETED.A"]
+
+
+async def _unpin_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.U", b'{"name": "U", "subjects": ["u"]}', timeout=2)
+        for _ in range(3):
+            await nc.request("u", b"x", timeout=2)
+        consumer = {"stream_name": "U", "config": {
+            "durable_name": "c", "ack_policy": "explicit", "priority_groups": ["g"],
+            "priority_policy": "pinned_client", "priority_timeout": 30_000_000_000}}
+        await nc.request("$JS.API.CONSUMER.CREATE.U.c", json.dumps(consumer).encode(), timeout=2)
+        out: list[Any] = []
+
+        async def pull(body: dict[str, Any]) -> Any:
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.U.c", json.dumps(body).encode(),
+                             reply=inbox)
+            return sub
+
+        async def unpin(consumer: str, body: bytes) -> Any:
+            msg = await nc.request(f"$JS.API.CONSUMER.UNPIN.U.{consumer}", body, timeout=2)
+            answer = json.loads(msg.data)
+            return answer["error"]["err_code"] if "error" in answer else answer
+
+        first = await (await pull({"batch": 1, "group": "g"})).next_msg(timeout=2)
+        pin_a = first.headers["Nats-Pin-Id"]
+        waiting = await pull({"batch": 1, "group": "g", "expires": 5_000_000_000})
+        for consumer, body in [("c", b"{}"), ("c", b'{"group": "no spaces!"}'),
+                               ("c", b'{"group": "other"}'), ("nope", b'{"group": "g"}'),
+                               ("c", b'{"group": "g"}')]:
+            out.append(await unpin(consumer, body))
+        # The pin is gone: the waiting request takes it, under a new id.
+        taken = await waiting.next_msg(timeout=2)
+        out.append((taken.reply.split(".")[5], taken.headers["Nats-Pin-Id"] != pin_a))
+        late = await (await pull({"batch": 1, "group": "g", "id": pin_a})).next_msg(timeout=2)
+        out.append((late.headers["Status"], late.headers.get("Description")))
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_unpin_api(tmp_path: Path) -> None:
+    """$JS.API.CONSUMER.UNPIN takes the pin from a pinned_client consumer's client (the next
+    requester gets a new one), with nats-server's errors for a bad group or consumer."""
+    theirs, ours = await on_both_servers(tmp_path, _unpin_scenario)
+    assert ours == theirs
+    assert theirs[:4] == [10025, 10162, 10160, 10014]
+    assert theirs[4] == {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"}
+    assert theirs[5:] == [("2", True), ("423", "Nats-Pin-Id mismatch")]

@@ -442,6 +442,12 @@ class ConsumerRuntime(AckIntake):
         self._pause_timer = None
         self.kick()
 
+    def unpin(self) -> None:
+        """CONSUMER.UNPIN: the pinned client loses its pin; waiting requests compete anew."""
+        if self.waitq.pin is not None:
+            self.waitq.pin.clear()
+            self.kick()
+
     # --- pull requests --------------------------------------------------------------------
 
     def pull_request(self, reply: str, data: bytes) -> None:

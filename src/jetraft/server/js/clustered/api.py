@@ -15,8 +15,8 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
+from jetraft.jetstream import consumer_api, stream_api
 from jetraft.jetstream import errors as E
-from jetraft.jetstream import stream_api
 from jetraft.jetstream.api import (
     API_LEVEL,
     REQUIRED_LEVEL_HEADER,
@@ -42,6 +42,7 @@ from jetraft.server.js.limits import limits_body
 from jetraft.server.js.replies import send_response
 
 if TYPE_CHECKING:
+    from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
     from jetraft.server.js.clustered.jetstream import ClusteredJetStream
 
 log = logging.getLogger("jetraft.js.api")
@@ -66,7 +67,9 @@ META_OWNED = frozenset(
         "CONSUMER.PAUSE.*.*",
     }
 )
-CONSUMER_OWNED = frozenset({"CONSUMER.INFO.*.*", "CONSUMER.LEADER.STEPDOWN.*.*"})
+CONSUMER_OWNED = frozenset(
+    {"CONSUMER.INFO.*.*", "CONSUMER.LEADER.STEPDOWN.*.*", "CONSUMER.UNPIN.*.*"}
+)
 # Pull requests go straight to the consumer's leader, which subscribes to them itself.
 SELF_SERVED = frozenset({"CONSUMER.MSG.NEXT.*.*"})
 STREAM_OWNED = frozenset(
@@ -378,12 +381,28 @@ class ClusterApi:
                 return  # lost leadership meanwhile: the new leader answers a retry
             self._reply(reply, out)
             return
+        if route.pattern == "CONSUMER.UNPIN.*.*":
+            self._unpin(replica, route.kind, reply, data)
+            return
         try:
             replica.step_down(meta_api.preferred_from(data))
             out = {"type": TYPE_PREFIX + route.kind, "success": True}
         except RaftError as exc:
             out = error_response(route.kind, E.api_error(10008, err=str(exc)))
         self._reply(reply, out, error="error" in out)
+
+    def _unpin(self, replica: ConsumerReplica, kind: str, reply: str, data: bytes) -> None:
+        # The pin lives with the consumer's leader (as on nats-server): nothing to replicate.
+        runtime = replica.runtime
+        if runtime is None:
+            return
+        try:
+            consumer_api.unpin_group(data, runtime.cfg)
+        except ApiError as exc:
+            self._reply(reply, error_response(kind, exc), error=True)
+            return
+        runtime.unpin()
+        self._reply(reply, {"type": TYPE_PREFIX + kind})
 
     # --- direct get --------------------------------------------------------------------------
 
