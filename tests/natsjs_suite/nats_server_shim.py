@@ -66,7 +66,7 @@ def main(argv: list[str]) -> None:
     conf, ports, ports_dir = translate(to_plain(parse_file_tree(argv[1])))
     out = argv[1] + ".jetraft.json"
     with open(out, "w") as f:
-        json.dump(conf, f, indent=1)
+        json.dump(conf, f, indent=1, ensure_ascii=False)  # jetraft reads no \u escapes
     if ports_dir:
         # Written before jetraft listens: the launcher then polls the client port.
         with open(os.path.join(str(ports_dir), f"nats-server_{os.getpid()}.ports"), "w") as f:

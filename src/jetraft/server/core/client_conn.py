@@ -565,7 +565,7 @@ class ClientConnection(asyncio.Protocol):
         if (
             perms is not None
             and perms.subscribe is not None
-            and not perms.subscribe.permits_subscribe(subject)
+            and not perms.subscribe.permits_subscribe(subject, queue)
         ):
             text = f'Permissions Violation for Subscription to "{subject}"'
             if queue:

@@ -22,16 +22,42 @@ class SubjectRule:
             return False
         return not any(subject_matches(d, subject) for d in self.deny)
 
-    def permits_subscribe(self, filter_subject: str) -> bool:
-        if self.allow and not any(is_subset(filter_subject, a) for a in self.allow):
-            return False
-        return not any(is_subset(filter_subject, d) for d in self.deny)
+    def permits_subscribe(self, filter_subject: str, queue: str | None = None) -> bool:
+        # An entry "subject queue" speaks only of queue subscriptions in that group; for a
+        # queue subscription such entries, when any cover the subject, decide alone (as in
+        # nats-server, deny included).
+        if self.allow:
+            allowed = _covers(self.allow, filter_subject, queue)
+            if not allowed:
+                return False
+        return not _covers(self.deny, filter_subject, queue)
 
     def delivery_denied(self, filter_subject: str, subject: str) -> bool:
         """A wildcard subscription that overlaps a deny rule must not see the denied subjects."""
         return any(
             filters_overlap(filter_subject, d) and subject_matches(d, subject) for d in self.deny
         )
+
+
+def _covers(entries: tuple[str, ...], filter_subject: str, queue: str | None) -> bool:
+    """Whether ``entries`` (subjects, or "subject queue") take in this subscription."""
+    plain = False
+    groups: list[str] = []
+    for entry in entries:
+        subject, _, group = entry.partition(" ")
+        if not is_subset(filter_subject, subject):
+            continue
+        if group:
+            groups.append(group.strip())
+        else:
+            plain = True
+    if queue and groups:
+        return any(queue == g or (_has_wildcard(g) and subject_matches(g, queue)) for g in groups)
+    return plain
+
+
+def _has_wildcard(name: str) -> bool:
+    return any(tok in ("*", ">") for tok in name.split("."))
 
 
 @dataclass(frozen=True, slots=True)
