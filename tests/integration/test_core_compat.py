@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import nats
@@ -127,3 +128,17 @@ async def test_hpub_with_empty_header_block_is_a_plain_message(server: Server) -
     assert await sub.exactly(4) == b"hi\r\n"
     await sub.close()
     await pub.close()
+
+
+async def test_info_advertises_the_jetstream_api_level(
+    make_server: ServerFactory, tmp_path: Path
+) -> None:
+    # nats-server (2.11 on) puts the JetStream API level it serves in every INFO as api_lvl,
+    # with or without JetStream; nats.js reads it (its "basics - info api_lvl" test).
+    from jetraft.jetstream.api import API_LEVEL
+
+    for conf in ("", f'jetstream {{ store_dir: "{tmp_path}" }}\n'):
+        server = await make_server(conf)
+        raw = await Raw.open(server)
+        assert raw.info["api_lvl"] == API_LEVEL >= 1
+        await raw.close()

@@ -268,6 +268,7 @@ class Server:
             "max_payload": cfg.max_payload,
             "client_id": conn.cid,
             "client_ip": conn.host,
+            "api_lvl": API_LEVEL,  # the JetStream API level served (nats-server 2.11+)
         }
         if self.auth.required:
             info["auth_required"] = True
