@@ -25,6 +25,7 @@ from jetraft.jetstream.consumer_config import (
     ConsumerConfigRequest,
     StreamFacts,
     apply_defaults,
+    check_pedantic,
     check_update,
     check_workqueue,
     config_from_request,
@@ -249,6 +250,8 @@ def plan_create(
     old = configs.get(lookup) if lookup else None
     if old is not None:
         cfg = msgspec.structs.replace(cfg, pause_until=old.pause_until)
+    if req.pedantic:
+        check_pedantic(cfg, facts)
     cfg = apply_defaults(cfg, facts)
     validate(cfg, facts)
     action = req.action or ""

@@ -276,6 +276,34 @@ def config_from_request(req: ConsumerConfigRequest) -> ConsumerConfig:
 # --- defaults ------------------------------------------------------------------------------
 
 
+def check_pedantic(cfg: ConsumerConfig, stream: StreamFacts) -> None:
+    """A pedantic create (``"pedantic": true``) refuses what ``apply_defaults`` would silently
+    change, with nats-server's 10157 texts; raises ConsumerError."""
+    negatives = ("max_waiting", "max_batch", "max_expires", "max_bytes", "idle_heartbeat",
+                 "inactive_threshold", "priority_timeout")
+    problem = ""
+    if cfg.max_deliver < -1:
+        problem = "max_deliver must be set to -1"
+    else:
+        for key in negatives:  # the field names are the JSON ones
+            if getattr(cfg, key) < 0:
+                problem = f"{key} must not be negative"
+                break
+    if not problem and cfg.max_ack_pending < -1:
+        problem = "max_ack_pending must be set to -1"
+    ack_wait = cfg.ack_wait
+    if ack_wait == 0 and cfg.ack_policy in ("explicit", "all"):
+        ack_wait = ACK_WAIT_DEFAULT_NS
+    if not problem and cfg.backoff and ack_wait != cfg.backoff[0]:
+        problem = "first backoff value has to equal batch AckWait"
+    if not problem and cfg.max_ack_pending == 0 and stream.limits_max_ack_pending > 0:
+        problem = "max_ack_pending must be set if it's configured in stream limits"
+    if not problem and cfg.inactive_threshold == 0 and stream.limits_inactive_threshold_ns > 0:
+        problem = "inactive_threshold must be set if it's configured in stream limits"
+    if problem:
+        raise cerr(10157, err=problem)
+
+
 def apply_defaults(cfg: ConsumerConfig, stream: StreamFacts) -> ConsumerConfig:
     """nats-server's setConsumerConfigDefaults (non-pedantic): negative values are clamped."""
     changes: dict[str, Any] = {}

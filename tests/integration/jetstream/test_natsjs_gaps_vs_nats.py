@@ -248,3 +248,73 @@ async def test_unpin_api(tmp_path: Path) -> None:
     assert theirs[:4] == [10025, 10162, 10160, 10014]
     assert theirs[4] == {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"}
     assert theirs[5:] == [("2", True), ("423", "Nats-Pin-Id mismatch")]
+
+
+async def _pedantic_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        stream = {"name": "L", "subjects": ["l"], "consumer_limits": {
+            "max_ack_pending": 10, "inactive_threshold": 60_000_000_000}}
+        await nc.request("$JS.API.STREAM.CREATE.L", json.dumps(stream).encode(), timeout=2)
+        out = []
+        for name, extra in [
+            ("a", {}),  # max_ack_pending and inactive_threshold left to the stream's limits
+            ("b", {"max_ack_pending": 5}),  # inactive_threshold still left to them
+            ("c", {"max_ack_pending": 5, "inactive_threshold": 1_000_000_000}),  # all set
+            ("d", {"max_ack_pending": 5, "inactive_threshold": 1_000_000_000,
+                   "max_deliver": -2}),
+            ("e", {"max_ack_pending": 5, "inactive_threshold": 1_000_000_000,
+                   "max_waiting": -1}),
+            ("f", {"max_ack_pending": 5, "inactive_threshold": 1_000_000_000,
+                   "backoff": [2_000_000_000]}),  # ack_wait defaults to 30s, not 2s
+        ]:
+            for pedantic in (True, False):
+                config = {"name": name, "ack_policy": "explicit", **extra}
+                body = {"stream_name": "L", "config": config, "pedantic": pedantic}
+                msg = await nc.request(f"$JS.API.CONSUMER.CREATE.L.{name}",
+                                       json.dumps(body).encode(), timeout=2)
+                answer = json.loads(msg.data)
+                out.append(answer.get("error", "created"))
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_pedantic_consumer_create(tmp_path: Path) -> None:
+    """"pedantic": true refuses a consumer config that defaults would change (10157);
+    without it the same config is created."""
+    theirs, ours = await on_both_servers(tmp_path, _pedantic_scenario)
+    assert ours == theirs
+    assert theirs[0]["err_code"] == 10157 and theirs[1] == "created"
+    assert theirs[4:6] == ["created", "created"]
+
+
+async def _ack_none_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.N", b'{"name": "N", "subjects": ["n"]}', timeout=2)
+        await nc.request("n", b"x", timeout=2)
+        out = []
+        for name, policy in (("none", "none"), ("explicit", "explicit")):
+            body = {"stream_name": "N", "config": {"durable_name": name, "ack_policy": policy}}
+            await nc.request(f"$JS.API.CONSUMER.CREATE.N.{name}", json.dumps(body).encode(),
+                             timeout=2)
+            inbox = await nc.subscribe(nc.new_inbox())
+            await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.N.{name}", b"1", reply=inbox.subject)
+            msg = await inbox.next_msg(timeout=2)
+            try:
+                answer = await nc.request(msg.reply, b"+ACK", timeout=2)
+                out.append(("answered", answer.data))
+            except nats.errors.NoRespondersError:
+                out.append("no responders")
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_ack_none_consumer_takes_no_acks(tmp_path: Path) -> None:
+    """An AckNone consumer does not listen on its ack subjects: an ack sent as a request gets
+    no responders (nats.js's ackAck() rejects with that), an explicit one is answered."""
+    theirs, ours = await on_both_servers(tmp_path, _ack_none_scenario)
+    assert ours == theirs
+    assert theirs == ["no responders", ("answered", b"")]
