@@ -156,9 +156,12 @@ class ConsumerRuntime(AckIntake):
 
     def start(self) -> None:
         core = self.core
-        self.client.subscribe(
-            f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack, run_handler=self._on_ack_run
-        )
+        if self.cfg.ack_policy != "none":
+            # As nats-server: an AckNone consumer takes no acks, so an ack sent as a request
+            # finds no responders (nats.js's ackAck() reports exactly that).
+            self.client.subscribe(
+                f"$JS.ACK.{core.stream}.{core.name}.>", self._on_ack, run_handler=self._on_ack_run
+            )
         if self.cfg.flow_control:
             self.client.subscribe(f"$JS.FC.{core.stream}.{core.name}.>", self._on_fc)
         if core.state.pending:
