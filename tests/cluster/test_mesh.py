@@ -28,6 +28,17 @@ async def test_seed_configs_form_a_mesh_and_route_messages(make_cluster: Cluster
     for node in cl.nodes:
         assert node.http("/varz")["cluster"]["name"] == "C1"
         assert node.http("/routez")["num_routes"] == 2
+    # /varz connect_urls, as nats-server's: the cluster's client URLs (what INFO advertises),
+    # which nats.js's test launcher waits on.
+    ports = sorted(n.port for n in cl.nodes)
+    for node in cl.nodes:
+
+        def advertised(node: Node = node) -> list[int] | None:
+            urls = node.http("/varz").get("connect_urls", [])
+            found = sorted(int(u.rsplit(":", 1)[1]) for u in urls)
+            return found if found == ports else None
+
+        await wait_until(advertised, 10, f"{node.name}'s connect_urls")
     a, b, c = [await cl.connect(n) for n in (n1, n2, n3)]
     got: dict[str, list[bytes]] = collections.defaultdict(list)
 

@@ -300,6 +300,14 @@ class Server:
             return []
         return [f"{self._advertise_host(conn)}:{self.client_port}", *self.route_client_urls]
 
+    def advertised_client_urls(self) -> list[str]:
+        """The cluster's client URLs as INFO advertises them, without a connection to tailor
+        the host to (/varz ``connect_urls``); empty on a lone server."""
+        cluster = self.config.cluster
+        if not self.route_client_urls or (cluster is not None and cluster.no_advertise):
+            return []
+        return [*self.own_client_urls()[:1], *self.route_client_urls]
+
     def _advertise_host(self, conn: ClientConnection) -> str:
         host = self.config.host
         if host in ("0.0.0.0", "::", ""):

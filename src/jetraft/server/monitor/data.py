@@ -82,6 +82,8 @@ class MonitoredServer(Protocol):
 
     def package_version(self) -> str: ...
 
+    def advertised_client_urls(self) -> list[str]: ...
+
 
 _CLOSED_KEPT = 1000
 _TRUE = ("1", "true", "detail")
@@ -273,6 +275,9 @@ class MonitorData:
             out["tls_required"] = True
         if cfg.server_tags:
             out["tags"] = list(cfg.server_tags)
+        urls = s.advertised_client_urls()
+        if urls:
+            out["connect_urls"] = urls
         if cfg.cluster is not None:
             cl = cfg.cluster
             out["cluster"] = {
