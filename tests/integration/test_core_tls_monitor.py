@@ -218,3 +218,25 @@ def test_tls_upgrade_when_the_hello_follows_info_at_once(
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+async def test_connz_subscription_details(make_server: ServerFactory) -> None:
+    # /connz?subs=detail lists each subscription (subject, queue group, sid, messages, the
+    # auto-unsubscribe limit, cid) in the shape nats-server 2.15 gives; nats.js's test
+    # launcher compares the client's subscriptions with it.
+    server: Server = await make_server(http=True)
+    assert server.monitor is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.client_port)
+    cid = json.loads((await reader.readline())[5:])["client_id"]
+    writer.write(b"CONNECT {}\r\nSUB a 1\r\nSUB b q 2\r\nUNSUB 2 5\r\nPUB a 1\r\nx\r\nPING\r\n")
+    while (await asyncio.wait_for(reader.readline(), 5)) != b"PONG\r\n":
+        pass
+    status, connz = await _http_get(server.monitor.port, f"/connz?subs=detail&cid={cid}")
+    assert status == 200
+    conn = connz["connections"][0]
+    assert "subscriptions_list" not in conn
+    assert sorted(conn["subscriptions_list_detail"], key=lambda d: d["sid"]) == [
+        {"subject": "a", "sid": "1", "msgs": 1, "cid": cid},
+        {"subject": "b", "qgroup": "q", "sid": "2", "msgs": 0, "max": 5, "cid": cid},
+    ]
+    writer.close()

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from jetraft.config import ServerConfig
 from jetraft.jetstream.models import format_time
 from jetraft.protocol.subjects import is_literal, subject_matches
-from jetraft.server.core.accounts import AccountStats
+from jetraft.server.core.accounts import AccountStats, Subscription
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
 
@@ -116,6 +116,19 @@ def rss_bytes() -> int:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _sub_detail(sub: Subscription, cid: int) -> dict[str, Any]:
+    """One subscription as /connz?subs=detail shows it (nats-server's SubDetail)."""
+    out: dict[str, Any] = {"subject": sub.subject}
+    if sub.queue:
+        out["qgroup"] = sub.queue
+    out["sid"] = sub.sid
+    out["msgs"] = sub.delivered
+    if sub.max_msgs:
+        out["max"] = sub.max_msgs
+    out["cid"] = cid
+    return out
 
 
 def flag(q: Query, name: str) -> bool:
@@ -362,12 +375,15 @@ class MonitorData:
         now = time.time()
         offset = int_param(q, "offset", 0)
         limit = int_param(q, "limit", 1024)
+        detail = q.get("subs", "").lower() == "detail"
         subs = flag(q, "subs")
         state = q.get("state", "open")
         if state == "closed":
             conns = list(self.closed)
         elif state in ("open", "any", "all"):
-            conns = [self._conn_info(c, now, subs) for c in self.server.clients.values()]
+            conns = [
+                self._conn_info(c, now, subs, detail) for c in self.server.clients.values()
+            ]
             if state != "open":
                 conns.extend(self.closed)
         else:
@@ -393,7 +409,9 @@ class MonitorData:
             "connections": page,
         }
 
-    def _conn_info(self, c: ClientConnection, now: float, subs: bool) -> dict[str, Any]:
+    def _conn_info(
+        self, c: ClientConnection, now: float, subs: bool, detail: bool = False
+    ) -> dict[str, Any]:
         info: dict[str, Any] = {
             "cid": c.cid,
             "kind": "Client",
@@ -417,7 +435,9 @@ class MonitorData:
         }
         if c.user is not None:
             info["authorized_user"] = c.user.name
-        if subs:
+        if detail:
+            info["subscriptions_list_detail"] = [_sub_detail(s, c.cid) for s in c.subs.values()]
+        elif subs:
             info["subscriptions_list"] = sorted(s.subject for s in c.subs.values())
         return info
 
