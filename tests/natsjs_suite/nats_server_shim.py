@@ -16,9 +16,12 @@ import json
 import os
 import socket
 import sys
+import time
 from typing import Any
 
 from jetraft.config.syntax import parse_file_tree, to_plain
+
+PORTS_WAIT_S = 4.5
 
 
 def _free_port() -> int:
@@ -68,10 +71,31 @@ def main(argv: list[str]) -> None:
     with open(out, "w") as f:
         json.dump(conf, f, indent=1, ensure_ascii=False)  # jetraft reads no \u escapes
     if ports_dir:
-        # Written before jetraft listens: the launcher then polls the client port.
-        with open(os.path.join(str(ports_dir), f"nats-server_{os.getpid()}.ports"), "w") as f:
-            json.dump(ports, f)
+        path = os.path.join(str(ports_dir), f"nats-server_{os.getpid()}.ports")
+        if os.fork() == 0:
+            _write_ports_when_listening(path, ports, str(conf.get("host", "127.0.0.1")),
+                                        int(conf["port"]))
     os.execv(sys.executable, [sys.executable, "-m", "jetraft", "server", "-c", out])
+
+
+def _write_ports_when_listening(path: str, ports: dict[str, list[str]], host: str,
+                                port: int) -> None:
+    """In a forked child: write the ports file once jetraft listens, or after PORTS_WAIT_S
+    anyway. The launcher allows 5 s for the ports file and then 5 s more for the port to
+    answer, so a Python server slow to start under load gets most of both."""
+    deadline = time.monotonic() + PORTS_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1" if host == "0.0.0.0" else host, port),
+                                     timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    if os.getppid() == 1:
+        os._exit(0)  # jetraft exited (a refused config): no ports file to leave behind
+    with open(path, "w") as f:
+        json.dump(ports, f)
+    os._exit(0)
 
 
 if __name__ == "__main__":
