@@ -21,7 +21,7 @@ from typing import Any
 
 from jetraft.config.syntax import parse_file_tree, to_plain
 
-PORTS_WAIT_S = 4.5
+PORTS_WAIT_S = 3.5  # from the shim's start, itself up to a second or so after the spawn
 
 
 def _free_port() -> int:
