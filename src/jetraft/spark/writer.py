@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0
     HAS_STREAM_ARROW = False
 
 from jetraft.spark import commits, loop
+from jetraft.spark._publoops import id_headers
 from jetraft.spark.codec import encode_header_block, row_msg_id, source_msg_id
 from jetraft.spark.options import OptionError, WriteOptions
 from jetraft.spark.publish import Publisher
@@ -166,11 +167,7 @@ class _Encoder:
         user = cols.get("headers")
         extra = self._extra
         if ids is None and user is None:
-            prefix = self._row_prefix
-            return [
-                b"NATS/1.0\r\nNats-Msg-Id: %s%d\r\n%s\r\n" % (prefix, first + i, extra)
-                for i in range(n)
-            ]
+            return id_headers(self._row_prefix, first, n, extra)
         out: list[bytes] = []
         for i in range(n):
             msg_id = (
