@@ -353,13 +353,17 @@ def reply_publishes(draw: st.DrawFn) -> list[bytes]:
     frames = []
     for _ in range(draw(st.integers(1, 25))):
         subject = draw(st.sampled_from([b"a", b"b.c", b"\xc3\xa9", b"a\x0bb"]))
-        inbox = draw(st.sampled_from([b"_INBOX.x.", b"_INBOX.y.", b"", b"_INBOX.x.1.", b"r\xc3\xa9."]))
+        inbox = draw(
+            st.sampled_from([b"_INBOX.x.", b"_INBOX.y.", b"", b"_INBOX.x.1.", b"r\xc3\xa9."])
+        )
         token = draw(st.sampled_from([b"1", b"22", b"333", b"z.9", b"\xc3\xa9", b"7\x0bq"]))
         sep = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
         payload = draw(st.sampled_from([b"", b"x", b"PUB a 1\r\n", b"\r\nHPUB a 1 1\r\n"]))
         zero = draw(st.sampled_from([b"", b"", b"0"]))
         if draw(st.booleans()):
-            hdr = draw(st.sampled_from([b"NATS/1.0\r\n\r\n", b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n", b""]))
+            hdr = draw(
+                st.sampled_from([b"NATS/1.0\r\n\r\n", b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n", b""])
+            )
             head = b"HPUB %s %s%s%s%s%d %s%d" % (
                 subject, inbox, token, sep, zero, len(hdr), zero, len(hdr) + len(payload)
             )
