@@ -58,6 +58,7 @@ from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.sourcing import SourcePositions, source_position
+from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
@@ -116,6 +117,17 @@ def lone_msg_id(hdr: bytes) -> str | None:
     if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
         return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
     return None
+
+
+def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
+    """``lone_msg_id(body[:hdr_len])`` without slicing the header block off first (the
+    publish path has the header block and the payload as one body)."""
+    end = hdr_len - 4
+    if end < _LONE_AT or not body.startswith(LONE_MSG_ID):
+        return None
+    if body.find(b"\r\n", _LONE_AT, hdr_len) != end:
+        return None
+    return body[_LONE_AT:end].strip().decode("utf-8", "replace")
 
 
 def nats_headers(hdr: bytes) -> dict[str, str]:
@@ -512,9 +524,16 @@ class Stream:
         if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
             return None
         store = self.store
-        if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-            return None
-        seq, removed = store.store(subject, hdr, data, ts_ns)
+        if isinstance(store, BaseStore):
+            # The stores of this package: a direct call in the compiled build (through the
+            # StreamStore protocol it is a generic Python call, with its arguments boxed).
+            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+                return None
+            seq, removed = store.store(subject, hdr, data, ts_ns)
+        else:
+            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+                return None
+            seq, removed = store.store(subject, hdr, data, ts_ns)
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
             dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
