@@ -241,13 +241,13 @@ class FileStore(BaseStore):
             bsubj = subject.encode()
             if headers is None:
                 rlen = _OVERHEAD + len(bsubj) + len(data)
-                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-                body += bsubj + data
+                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+                body = b"".join((head, bsubj, data))  # one copy (+ made one per operand)
             else:  # never empty here (the store turns b"" into None)
                 hlen = len(headers)
                 rlen = _OVERHEAD + len(bsubj) + hlen + len(data)
-                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
-                body += bsubj + headers + data
+                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
+                body = b"".join((head, bsubj, headers, data))
             buf += body
             buf += _pack_crc(_crc32(body))
         else:
@@ -343,8 +343,8 @@ class FileStore(BaseStore):
             data = m.data
             ts = m.ts_ns
             rlen = _OVERHEAD + len(bsubj) + len(data)
-            body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-            body += bsubj + data
+            head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+            body = b"".join((head, bsubj, data))
             buf += body
             buf += _pack_crc(_crc32(body))
             # file_msg_size(subject, None, data)
