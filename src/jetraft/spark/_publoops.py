@@ -10,10 +10,32 @@ in and out is plain data (bytes, ints, lists, dicts, tuples), so the callers (``
 
 from __future__ import annotations
 
+from typing import Any
+
 # What a retry needs: (subject, header block, payload, attempts, ack deadline).
 Item = tuple[bytes, bytes, bytes, int, float]
 # (subject, reply or b"", header block or b"", payload) of a received message (bulkparse's).
 AckFrame = tuple[bytes, bytes, bytes, bytes]
+
+
+def as_bytes(value: Any) -> bytes:
+    """A column value as message bytes: None is empty, text is UTF-8."""
+    if value is None:
+        return b""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, bytearray | memoryview):
+        return bytes(value)
+    return str(value).encode()
+
+
+def payload_list(values: list[Any]) -> list[bytes]:
+    """``[as_bytes(v) for v in values]``; ``values`` itself when it holds only bytes (a
+    binary Arrow column without nulls, the usual ``data``)."""
+    for v in values:
+        if type(v) is not bytes:
+            return [as_bytes(v) for v in values]
+    return values
 
 
 def id_headers(prefix: bytes, first: int, n: int, extra: bytes) -> list[bytes]:
