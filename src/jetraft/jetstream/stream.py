@@ -33,7 +33,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.entries import (
@@ -119,15 +119,30 @@ def lone_msg_id(hdr: bytes) -> str | None:
     return None
 
 
+_BLANKS: Final = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
+
+
 def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
     """``lone_msg_id(body[:hdr_len])`` without slicing the header block off first (the
-    publish path has the header block and the payload as one body)."""
+    publish path has the header block and the payload as one body), and without a method
+    call in the usual case (``Nats-Msg-Id: <id>``): the compiled build indexes, slices and
+    tests membership directly, a method such as ``find`` or ``strip`` is a generic call."""
     end = hdr_len - 4
     if end < _LONE_AT or not body.startswith(LONE_MSG_ID):
         return None
-    if body.find(b"\r\n", _LONE_AT, hdr_len) != end:
+    # The first CRLF after the name ends the block's only line, right before the closing
+    # CRLF: one at ``end`` (a CRLF cannot start at end - 1, body[end] being CR) and none
+    # inside the value.
+    if body[end] != 13 or body[end + 1] != 10:
         return None
-    return body[_LONE_AT:end].strip().decode("utf-8", "replace")
+    raw = body[_LONE_AT:end]
+    if b"\r\n" in raw:
+        return None
+    if raw[:1] == b" ":
+        raw = raw[1:]
+    if raw and (raw[0] in _BLANKS or raw[-1] in _BLANKS):
+        raw = raw.strip()
+    return raw.decode("utf-8", "replace")
 
 
 def nats_headers(hdr: bytes) -> dict[str, str]:

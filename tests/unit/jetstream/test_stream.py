@@ -548,7 +548,9 @@ def test_nats_headers_lone_msg_id_shortcut_agrees_with_the_general_parse(block: 
     assert nats_headers(block) == want
 
 
-_BLOCK_PARTS = [b"NATS/1.0", b"\r\n", b"Nats-Msg-Id:", b" ", b"abc", b"\xc3", b"Foo: y", b"\r"]
+_BLOCK_PARTS = [
+    b"NATS/1.0", b"\r\n", b"Nats-Msg-Id:", b" ", b"abc", b"\xc3", b"Foo: y", b"\r", b"\t", b"\x0c"
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -560,6 +562,9 @@ _BLOCK_PARTS = [b"NATS/1.0", b"\r\n", b"Nats-Msg-Id:", b" ", b"abc", b"\xc3", b"
 @example(parts=[b"Nats-Msg-Id:", b" ", b"abc"], payload=b"x\r\n\r\n", cut=0)
 @example(parts=[b"Nats-Msg-Id:", b"\xc3"], payload=b"", cut=0)
 @example(parts=[b"Nats-Msg-Id:", b"abc"], payload=b"Nats-Msg-Id: z\r\n\r\n", cut=-2)
+@example(parts=[b"Nats-Msg-Id:", b" ", b" ", b"abc", b"\t"], payload=b"", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b" "], payload=b"", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b"\r", b"abc"], payload=b"", cut=0)
 def test_lone_msg_id_in_a_body_is_that_of_its_header_block(
     parts: list[bytes], payload: bytes, cut: int
 ) -> None:

@@ -163,6 +163,10 @@ class FileStore(BaseStore):
         self._blocks: dict[int, Block] = {b.idx: b for b in blocks}
         self._files = ReadFiles(disk)
         self._wbuf = bytearray()
+        # The last subject written and its UTF-8 bytes: publishers mostly repeat a subject
+        # (the same str object, from the parser's cache), so it is encoded once.
+        self._subj_str = ""
+        self._subj_bytes = b""
         self._pending_dels: list[int] = []
         self._floor_written = self._ix.first
         # What the last finished sync made durable, and what the running one will: the FLOOR
@@ -238,7 +242,12 @@ class FileStore(BaseStore):
             off = active.size + len(buf)
         if self._cipher is None:
             # rec.append_msg's common cases, inline (this runs once per published message).
-            bsubj = subject.encode()
+            if subject is self._subj_str:
+                bsubj = self._subj_bytes
+            else:
+                bsubj = subject.encode()
+                self._subj_str = subject
+                self._subj_bytes = bsubj
             if headers is None:
                 rlen = _OVERHEAD + len(bsubj) + len(data)
                 head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
