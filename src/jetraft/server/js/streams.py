@@ -305,8 +305,10 @@ class StreamRuntime:
         batched = self._persisted and not stream.config.no_ack
         by_id = batched and stream.takes_lone_ids()
         head = self._ack_head()
-        # Methods and functions are called by name, not through local aliases: the compiled
-        # build calls them directly then, an alias is a generic call with boxed arguments.
+        # The lone-id path calls by name, not through local aliases: the compiled build
+        # calls directly then (an alias is a generic call with boxed arguments). ``apply``
+        # stays looked up as an attribute, once per call: fault-injection tests replace it.
+        apply = stream.apply
         try:
             for r in range(first, stop):
                 subject, reply, _total, hdr_len, _tail = lines[r]
@@ -336,13 +338,10 @@ class StreamRuntime:
                                 continue
                     try:
                         if hdr_len < 0:
-                            result = stream.apply(
-                                StoreMsg(subject, reply or "", None, body, now_ns())
-                            )
+                            result = apply(StoreMsg(subject, reply or "", None, body, now_ns()))
                         else:
                             hdr, data = body[:hdr_len], body[hdr_len:]
-                            entry = StoreMsg(subject, reply or "", hdr, data, now_ns())
-                            result = stream.apply(entry)
+                            result = apply(StoreMsg(subject, reply or "", hdr, data, now_ns()))
                     except Exception as exc:
                         result = self._refused(subject, reply, exc)
                     if not (reply and batched and isinstance(result, PubAck)):
