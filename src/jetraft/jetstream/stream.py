@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import random
-import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -57,33 +56,39 @@ from jetraft.jetstream.entries import (
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
 from jetraft.jetstream.models import format_time
+from jetraft.jetstream.publish_headers import (
+    EXPECTED_LAST_MSG_ID,
+    EXPECTED_LAST_SEQ,
+    EXPECTED_LAST_SUBJ_SEQ,
+    EXPECTED_LAST_SUBJ_SEQ_SUBJ,
+    EXPECTED_STREAM,
+    LONE_MSG_ID,
+    MAX_HEADER_LEN,
+    MSG_ID,
+    MSG_TTL,
+    NS_PER_S,
+    ROLLUP,
+    lone_msg_id,
+    nats_headers,
+    parse_seq,
+    parse_ttl_s,
+)
 from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.subjects import is_valid_subject, subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
-NS_PER_S = 1_000_000_000
 NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
-MAX_HEADER_LEN = 65535
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
 # stream there; from then on publishes are refused (nats-server would wrap around to 0).
 MAX_SEQ = 2**64 - 2
 
-# Header names, lower-cased (lookups are case-insensitive, as in nats-server).
-MSG_ID = "nats-msg-id"
-EXPECTED_STREAM = "nats-expected-stream"
-EXPECTED_LAST_SEQ = "nats-expected-last-sequence"
-EXPECTED_LAST_SUBJ_SEQ = "nats-expected-last-subject-sequence"
-EXPECTED_LAST_SUBJ_SEQ_SUBJ = "nats-expected-last-subject-sequence-subject"
-EXPECTED_LAST_MSG_ID = "nats-expected-last-msg-id"
-ROLLUP = "nats-rollup"
-MSG_TTL = "nats-ttl"
-
-# The entries and PubAck live in ``entries`` (a module that is never compiled, see there);
-# their names stay importable from here.
+# The entries and PubAck live in ``entries`` (a module that is never compiled, see there),
+# the header parsing in ``publish_headers``; their names stay importable from here.
 __all__ = [
+    "LONE_MSG_ID",
     "SOURCED",
     "ConsumerAck",
     "CopyMsg",
@@ -103,39 +108,10 @@ __all__ = [
     "decode_entry",
     "decode_log_entry",
     "encode_entry",
+    "lone_msg_id",
+    "nats_headers",
+    "parse_ttl_s",
 ]
-
-
-LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
-_LONE_AT = len(LONE_MSG_ID)
-
-
-def lone_msg_id(hdr: bytes) -> str | None:
-    """The id of a header block that holds a ``Nats-Msg-Id`` and nothing else (the most
-    common block by far: a publisher's dedupe id), else None."""
-    if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
-        return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
-    return None
-
-
-def nats_headers(hdr: bytes) -> dict[str, str]:
-    """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
-    and nothing at all for the common block without any."""
-    msg_id = lone_msg_id(hdr)
-    if msg_id is not None:
-        return {MSG_ID: msg_id}  # no general parse
-    out: dict[str, str] = {}
-    if b"\r\nnats-" not in hdr.lower():
-        return out
-    for line in hdr.split(b"\r\n")[1:]:
-        if line[:5].lower() != b"nats-":
-            continue
-        name, sep, value = line.partition(b":")
-        if sep:
-            key = name.strip().decode("utf-8", "replace").lower()
-            if key not in out:
-                out[key] = value.strip().decode("utf-8", "replace")
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,64 +161,10 @@ def limits_of(cfg: StreamConfig) -> Limits:
     )
 
 
-def parse_ttl_s(text: str) -> int:
-    """``Nats-TTL`` as seconds: -1 = never, 0 = none; raises ApiError 10165 when invalid.
-
-    Accepts ``never``, a Go duration of at least 1s (``90s``, ``1h``) or integer seconds."""
-    text = text.strip()
-    if not text:
-        return 0
-    if text.lower() == "never":
-        return -1
-    if _is_ascii_number(text):
-        return int(text)
-    ns = _go_duration_ns(text)
-    if ns is None or ns < NS_PER_S:
-        raise E.ttl_invalid()
-    return ns // NS_PER_S
-
-
-_UNIT_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "ms": 1_000_000,
-    "s": NS_PER_S,
-    "m": 60 * NS_PER_S,
-    "h": 3600 * NS_PER_S,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-
-
-def _go_duration_ns(text: str) -> int | None:
-    total = 0.0
-    pos = 0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNIT_NS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or pos == 0:
-        return None
-    return int(total)
-
-
-def _is_ascii_number(text: str) -> bool:
-    # str.isdigit() alone also accepts "²" and other digits int() refuses or reads differently
-    # from nats-server, which only knows ASCII.
-    return text.isascii() and text.isdigit()
-
-
 def _copy_seq(e: StoreMsg) -> int:
     """A copy's origin sequence (mirror) or SOURCED; 0 for a publish."""
     return e.seq if isinstance(e, CopyMsg) else 0
 
-
-def _parse_seq(text: str) -> int:
-    """A header sequence number; anything unparsable never matches (nats-server reads it as
-    -1, i.e. the largest uint64)."""
-    text = text.strip()
-    return int(text) if _is_ascii_number(text) else -1
 
 
 # --- the state machine ---------------------------------------------------------------------
@@ -643,12 +565,12 @@ class Stream:
         if subj_seq is not None:
             subject = seq_subject or e.subject
             last = self.store.last_seq_for_subject(subject)
-            if _parse_seq(subj_seq) != last:
+            if parse_seq(subj_seq) != last:
                 return E.wrong_last_sequence(last)
         elif seq_subject:
             return E.expected_last_seq_per_subject_invalid()
         last_seq = h.get(EXPECTED_LAST_SEQ)
-        if last_seq is not None and _parse_seq(last_seq) != self.last_seq:
+        if last_seq is not None and parse_seq(last_seq) != self.last_seq:
             return E.wrong_last_sequence(self.last_seq)
         return None
 
