@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import heapq
 import random
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jetraft.jetstream import errors as E
+from jetraft.jetstream.dedupe import DedupeWindow
 from jetraft.jetstream.entries import (
     SOURCED,
     ConsumerAck,
@@ -183,11 +183,7 @@ class Stream:
         self.consumers: dict[str, RetentionConsumer] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._observers: list[StreamObserver] = []
-        # Nats-Msg-Id -> (seq, ts_ns), oldest first (for pruning by entry time).
-        self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        # No entry expires before this time (the oldest one's time + the window; -1: look):
-        # spares the per-publish look at the oldest entry. A hint, never a decision.
-        self._prune_due = -1
+        self._dedupe = DedupeWindow()
         self.last_msg_id = ""
         # (expires_at_ns, seq) of messages with a Nats-TTL.
         self._ttl_heap: list[tuple[int, int]] = []
@@ -422,10 +418,11 @@ class Stream:
         or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
         leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
         cfg = self.config
-        dd = self._dedupe
+        window = self._dedupe
+        dd = window.ids
         if msg_id:
-            if dd and ts_ns > self._prune_due:
-                self._prune_dedupe(ts_ns)
+            if dd and ts_ns > window.prune_due:
+                window.prune(ts_ns, cfg.duplicate_window)
             seen = dd.get(msg_id)
             if seen is not None:
                 return seen[0], True
@@ -459,8 +456,8 @@ class Stream:
                 return self._nack(e, err)
             msg_id = h.get(MSG_ID, "")
             if msg_id:
-                self._prune_dedupe(e.ts_ns)
-                seen = self._dedupe.get(msg_id)
+                self._dedupe.prune(e.ts_ns, cfg.duplicate_window)
+                seen = self._dedupe.ids.get(msg_id)
                 if seen is not None:
                     return PubAck(e.reply, self.name, seen[0], True, None, self.domain)
             expected_id = h.get(EXPECTED_LAST_MSG_ID)
@@ -584,22 +581,9 @@ class Stream:
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
         if msg_id and self.config.duplicate_window > 0:
-            self._dedupe[msg_id] = (seq, ts_ns)
-            self._dedupe.move_to_end(msg_id)
-
-    def _prune_dedupe(self, now_ns: int) -> None:
-        if now_ns <= self._prune_due:
-            return
-        window = self.config.duplicate_window
-        cutoff = now_ns - window
-        dd = self._dedupe
-        while dd:
-            msg_id, (_, ts) = next(iter(dd.items()))
-            if ts >= cutoff:
-                self._prune_due = ts + window
-                return
-            del dd[msg_id]
-        self._prune_due = -1
+            dd = self._dedupe.ids  # DedupeWindow.remember, without a call per message
+            dd[msg_id] = (seq, ts_ns)
+            dd.move_to_end(msg_id)
 
     # --- API operations --------------------------------------------------------------------
 
@@ -641,7 +625,7 @@ class Stream:
         old = self.config
         self.config = cfg
         self._compile_transforms()
-        self._prune_due = -1  # the window may have changed
+        self._dedupe.prune_due = -1  # the window may have changed
         if cfg.sources != old.sources:
             self.source_positions.reset()
         removed = self.store.update_limits(limits_of(cfg))
@@ -786,7 +770,7 @@ class Stream:
         """What apply() keeps beside the store, for a replica's snapshot: the dedupe window
         ((msg id, seq, ts) oldest first), the last Nats-Msg-Id, the TTL schedule. It cannot
         be rebuilt from the store alone: messages that left the store still dedupe."""
-        dedupe = [(msg_id, seq, ts) for msg_id, (seq, ts) in self._dedupe.items()]
+        dedupe = self._dedupe.entries()
         ttl = list(self._ttl_heap)
         if self._never:
             # TTL "never" rides in the schedule as an expiry time of -1.
@@ -807,8 +791,7 @@ class Stream:
         self._compile_transforms()
         self.source_positions.reset()
         self.store.update_limits(limits_of(config))
-        self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
-        self._prune_due = -1
+        self._dedupe.load(dedupe)
         self.last_msg_id = last_msg_id
         self._ttl_heap = [(at, seq) for at, seq in ttl if at != NEVER]
         heapq.heapify(self._ttl_heap)
@@ -830,8 +813,7 @@ class Stream:
                 if msg.headers:
                     msg_id = nats_headers(msg.headers).get(MSG_ID)
                     if msg_id:
-                        self._dedupe[msg_id] = (msg.seq, msg.ts_ns)
-                        self._dedupe.move_to_end(msg_id)
+                        self._dedupe.remember(msg_id, msg.seq, msg.ts_ns)
         if self.config.allow_msg_ttl:
             for msg in self._scan(first):
                 self._schedule_ttl(msg)
