@@ -55,7 +55,6 @@ from jetraft.jetstream.entries import (
 )
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.markers import is_marker, marker_header
-from jetraft.jetstream.models import format_time
 from jetraft.jetstream.publish_headers import (
     EXPECTED_LAST_MSG_ID,
     EXPECTED_LAST_SEQ,
@@ -73,10 +72,11 @@ from jetraft.jetstream.publish_headers import (
     parse_seq,
     parse_ttl_s,
 )
+from jetraft.jetstream.republish import republish_subject, republished
 from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
-from jetraft.protocol.subjects import is_valid_subject, subject_matches
+from jetraft.protocol.subjects import subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
 NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
@@ -515,31 +515,20 @@ class Stream:
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
 
     def _republish_subject(self, subject: str) -> str:
-        """Where a message stored on ``subject`` is republished ('' for nowhere: no
-        republish, not the publishing server, no match, or an invalid result)."""
-        rtr = self._rtr
-        if rtr is None or self.republisher is None:
+        """Where a message stored on ``subject`` is republished ('' for nowhere: not the
+        publishing server, or see ``republish_subject``)."""
+        if self.republisher is None:
             return ""
-        out = rtr.match(subject)
-        return out if out is not None and is_valid_subject(out) else ""
+        return republish_subject(self._rtr, subject)
 
     def _republish(self, to: str, e: StoreMsg, hdr: bytes | None, seq: int, prev: int) -> None:
-        """Hand the copy of a stored message to the republisher: its headers plus the
-        stream, subject, sequence, time and the previous sequence on that subject (and the
-        body's size instead of the body with ``headers_only``)."""
+        """Hand the copy of a stored message to the republisher (see ``republish``)."""
         rp = self.config.republish
         publish = self.republisher
         if not isinstance(rp, RePublish) or publish is None:
             return
-        lines = (
-            f"Nats-Stream: {self.name}\r\nNats-Subject: {e.subject}\r\n"
-            f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {format_time(e.ts_ns)}\r\n"
-            f"Nats-Last-Sequence: {prev}\r\n"
-        )
-        if rp.headers_only:
-            lines += f"Nats-Msg-Size: {len(e.data)}\r\n"
-        head = hdr[:-2] if hdr else b"NATS/1.0\r\n"
-        publish(to, head + lines.encode() + b"\r\n", b"" if rp.headers_only else e.data)
+        copy_hdr, copy_data = republished(rp, self.name, e, hdr, seq, prev)
+        publish(to, copy_hdr, copy_data)
 
     def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
         """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
