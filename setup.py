@@ -40,6 +40,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/publish_headers.py",
     "src/jetraft/jetstream/dedupe.py",
     "src/jetraft/jetstream/republish.py",
+    "src/jetraft/jetstream/retention.py",
     "src/jetraft/jetstream/store/_base.py",
     "src/jetraft/jetstream/store/_blocks.py",
     "src/jetraft/jetstream/store/_index.py",

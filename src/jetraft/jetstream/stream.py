@@ -73,10 +73,15 @@ from jetraft.jetstream.publish_headers import (
     parse_ttl_s,
 )
 from jetraft.jetstream.republish import republish_subject, republished
+from jetraft.jetstream.retention import (
+    RetentionConsumer,
+    has_interest,
+    remove_unneeded,
+    unneeded,
+)
 from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
-from jetraft.protocol.subjects import subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
 NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
@@ -100,6 +105,7 @@ __all__ = [
     "PubAck",
     "Purge",
     "Result",
+    "RetentionConsumer",
     "Retire",
     "StoreBatch",
     "StoreMsg",
@@ -125,18 +131,6 @@ Result = PubAck | OpResult
 
 
 # --- who the stream talks to ---------------------------------------------------------------
-
-
-class RetentionConsumer(Protocol):
-    """What interest/workqueue retention needs from a consumer."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def filters(self) -> tuple[str, ...]: ...
-
-    def needs_ack(self, seq: int, subject: str) -> bool: ...
 
 
 class StreamObserver(Protocol):
@@ -477,7 +471,7 @@ class Stream:
             return self._nack(e, E.api_error(10097))
         if self.last_seq >= MAX_SEQ:
             return self._nack(e, E.store_failed("stream sequence space exhausted"))
-        if cfg.retention == "interest" and not self._has_interest(e.subject):
+        if cfg.retention == "interest" and not has_interest(self.consumers.values(), e.subject):
             # Nobody would ever consume it: burn the sequence, keep nothing (nats-server).
             seq = self.last_seq + 1
             self.store.skip_msgs(seq, 1)
@@ -559,13 +553,6 @@ class Stream:
         if last_seq is not None and parse_seq(last_seq) != self.last_seq:
             return E.wrong_last_sequence(self.last_seq)
         return None
-
-    def _has_interest(self, subject: str) -> bool:
-        for c in self.consumers.values():
-            filters = c.filters
-            if not filters or any(subject_matches(f, subject) for f in filters):
-                return True
-        return False
 
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
@@ -700,34 +687,16 @@ class Stream:
 
     def unneeded(self, seqs: Iterable[int]) -> list[int]:
         """Of ``seqs``, those still stored that retention lets go (no consumer needs them)."""
-        retention = self.config.retention
-        if retention == "limits":
+        if self.config.retention == "limits":
             return []
-        out = []
-        for seq in seqs:
-            msg = self.store.load(seq)
-            if msg is None:
-                continue
-            if not any(c.needs_ack(seq, msg.subject) for c in self.consumers.values()):
-                out.append(seq)
-        return out
+        return unneeded(self.store, self.consumers.values(), seqs)
 
     def recheck_interest(self) -> int:
         """Interest retention: drop every message no consumer needs (after a consumer went
         away or the policy changed). Returns how many were removed."""
         if self.config.retention != "interest":
             return 0
-        removed: list[int] = []
-        first, last = self.store.bounds()
-        seq = first
-        while seq and seq <= last:
-            msg = self.store.load_next(seq)
-            if msg is None:
-                break
-            needed = any(c.needs_ack(msg.seq, msg.subject) for c in self.consumers.values())
-            if not needed and self.store.remove(msg.seq):
-                removed.append(msg.seq)
-            seq = msg.seq + 1
+        removed = remove_unneeded(self.store, self.consumers.values())
         if removed:
             self._tell_removed(removed)
         return len(removed)
