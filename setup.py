@@ -41,6 +41,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/dedupe.py",
     "src/jetraft/jetstream/republish.py",
     "src/jetraft/jetstream/retention.py",
+    "src/jetraft/jetstream/expiry.py",
     "src/jetraft/jetstream/store/_base.py",
     "src/jetraft/jetstream/store/_blocks.py",
     "src/jetraft/jetstream/store/_index.py",

@@ -27,7 +27,6 @@ state is updated; they must not re-enter ``apply`` synchronously except through
 
 from __future__ import annotations
 
-import heapq
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -54,7 +53,13 @@ from jetraft.jetstream.entries import (
     encode_entry,
 )
 from jetraft.jetstream.errors import ApiError
-from jetraft.jetstream.markers import is_marker, marker_header
+from jetraft.jetstream.expiry import (
+    TtlSchedule,
+    expire,
+    expire_leaving_markers,
+    next_expiry_ns,
+    scan,
+)
 from jetraft.jetstream.publish_headers import (
     EXPECTED_LAST_MSG_ID,
     EXPECTED_LAST_SEQ,
@@ -84,7 +89,6 @@ from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, S
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.transform import SubjectTransform as Transform
 
-NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
 # stream there; from then on publishes are refused (nats-server would wrap around to 0).
@@ -179,12 +183,7 @@ class Stream:
         self._observers: list[StreamObserver] = []
         self._dedupe = DedupeWindow()
         self.last_msg_id = ""
-        # (expires_at_ns, seq) of messages with a Nats-TTL.
-        self._ttl_heap: list[tuple[int, int]] = []
-        # Messages whose Nats-TTL is "never": max_age does not remove them (nats-server's
-        # rule); other limits, purges and deletes still do. May hold removed sequences
-        # (pruned below the first one at each expiry), never misses a stored one.
-        self._never: set[int] = set()
+        self._ttl = TtlSchedule()
         self.store.update_limits(limits_of(config))
         # Where stored messages are copied to: set by the runtime on the one server that
         # publishes them (the stream leader); (subject, headers, body).
@@ -495,10 +494,8 @@ class Stream:
         seq, removed = self.store.store(e.subject, hdr, e.data, e.ts_ns)
         if msg_id or self.last_msg_id:
             self._remember(msg_id, seq, e.ts_ns)
-        if ttl_s > 0:
-            heapq.heappush(self._ttl_heap, (e.ts_ns + ttl_s * NS_PER_S, seq))
-        elif ttl_s < 0:
-            self._never.add(seq)
+        if ttl_s:
+            self._ttl.add(seq, e.ts_ns, ttl_s)
         if rollup == "sub":
             self._purge_quietly(e.subject, keep=1)
         elif rollup == "all":
@@ -613,55 +610,15 @@ class Stream:
 
     def _apply_expire(self, now_ns: int) -> OpResult:
         marker_ttl_s = self.config.subject_delete_marker_ttl // NS_PER_S
+        max_age = self.config.max_age
         if marker_ttl_s > 0:
-            return OpResult(True, self._expire_leaving_markers(now_ns, marker_ttl_s))
-        never = self._never
-        if never:
-            first = self.store.bounds()[0]
-            never.difference_update([s for s in never if s < first])
-        removed = list(self.store.expire(now_ns, never)) if self.config.max_age > 0 else []
-        heap = self._ttl_heap
-        while heap and heap[0][0] <= now_ns:
-            _, seq = heapq.heappop(heap)
-            if self.store.remove(seq):
-                removed.append(seq)
+            gone = expire_leaving_markers(self.store, self._ttl, now_ns, max_age, marker_ttl_s,
+                                          self._tell_removed, self._stored)
+            return OpResult(True, gone)
+        removed = expire(self.store, self._ttl, now_ns, max_age)
         if removed:
             self._tell_removed(removed)
         return OpResult(True, len(removed))
-
-    def _expire_leaving_markers(self, now_ns: int, marker_ttl_s: int) -> int:
-        """Expire as ``_apply_expire`` does, but the last message of a subject leaves a
-        subject delete marker in its place (see ``markers``); returns how many went."""
-        store, heap = self.store, self._ttl_heap
-        due: set[int] = set()
-        if self.config.max_age > 0:
-            cutoff = now_ns - self.config.max_age
-            for msg in self._scan(store.bounds()[0]):
-                if msg.ts_ns > cutoff:
-                    break
-                if msg.seq not in self._never:
-                    due.add(msg.seq)
-        while heap and heap[0][0] <= now_ns:
-            due.add(heapq.heappop(heap)[1])
-        gone = 0
-        for seq in sorted(due):
-            held = store.load(seq)
-            if held is None:
-                continue
-            subject = held.subject
-            last = store.subjects_state(subject).get(subject, 0) == 1
-            if not last or is_marker(held.headers):
-                if store.remove(seq):
-                    gone += 1
-                    self._tell_removed([seq])
-                continue
-            mseq, limited = store.store(subject, marker_header(marker_ttl_s), b"", now_ns)
-            heapq.heappush(heap, (now_ns + marker_ttl_s * NS_PER_S, mseq))
-            if store.remove(seq):  # the marker's rollup of its subject
-                gone += 1
-                limited = [*limited, seq]
-            self._stored(mseq, subject, limited)
-        return gone
 
     def _apply_consumer_ack(self, seq: int) -> OpResult:
         retention = self.config.retention
@@ -709,18 +666,7 @@ class Stream:
 
     def next_expiry_ns(self) -> int | None:
         """When the next Expire entry would remove something (None: nothing to expire)."""
-        due: int | None = None
-        if self.config.max_age > 0:
-            state = self.store.state()
-            first_ts = state.first_ts_ns
-            if self._never and state.msgs:
-                first_ts = self.store.oldest_ts(self._never)
-            if state.msgs and first_ts:
-                due = first_ts + self.config.max_age
-        if self._ttl_heap:
-            ttl_due = self._ttl_heap[0][0]
-            due = ttl_due if due is None else min(due, ttl_due)
-        return due
+        return next_expiry_ns(self.store, self._ttl, self.config.max_age)
 
     # --- recovery --------------------------------------------------------------------------
 
@@ -729,11 +675,7 @@ class Stream:
         ((msg id, seq, ts) oldest first), the last Nats-Msg-Id, the TTL schedule. It cannot
         be rebuilt from the store alone: messages that left the store still dedupe."""
         dedupe = self._dedupe.entries()
-        ttl = list(self._ttl_heap)
-        if self._never:
-            # TTL "never" rides in the schedule as an expiry time of -1.
-            first = self.store.bounds()[0]
-            ttl += [(NEVER, seq) for seq in sorted(self._never) if seq >= first]
+        ttl = self._ttl.entries(self.store.bounds()[0])
         return dedupe, self.last_msg_id, ttl
 
     def reload(
@@ -751,9 +693,7 @@ class Stream:
         self.store.update_limits(limits_of(config))
         self._dedupe.load(dedupe)
         self.last_msg_id = last_msg_id
-        self._ttl_heap = [(at, seq) for at, seq in ttl if at != NEVER]
-        heapq.heapify(self._ttl_heap)
-        self._never = {seq for at, seq in ttl if at == NEVER}
+        self._ttl.load(ttl)
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the
@@ -767,35 +707,18 @@ class Stream:
         window = self.config.duplicate_window
         if window > 0 and last_msg is not None:
             start = self.store.seq_for_time(last_msg.ts_ns - window)
-            for msg in self._scan(start):
+            for msg in scan(self.store, start):
                 if msg.headers:
                     msg_id = nats_headers(msg.headers).get(MSG_ID)
                     if msg_id:
                         self._dedupe.remember(msg_id, msg.seq, msg.ts_ns)
         if self.config.allow_msg_ttl:
-            for msg in self._scan(first):
-                self._schedule_ttl(msg)
-
-    def _schedule_ttl(self, msg: StoredMsg) -> None:
-        if not msg.headers:
-            return
-        text = nats_headers(msg.headers).get(MSG_TTL)
-        if text is None:
-            return
-        try:
-            ttl_s = parse_ttl_s(text)
-        except ApiError:
-            return
-        if ttl_s > 0:
-            heapq.heappush(self._ttl_heap, (msg.ts_ns + ttl_s * NS_PER_S, msg.seq))
-        elif ttl_s < 0:
-            self._never.add(msg.seq)
+            for msg in scan(self.store, first):
+                self._ttl.add_stored(msg)
 
     def _scan(self, start_seq: int) -> Iterable[StoredMsg]:
-        seq = max(start_seq, 1)
-        while True:
-            msg = self.store.load_next(seq)
-            if msg is None:
-                return
-            yield msg
-            seq = msg.seq + 1
+        return scan(self.store, start_seq)
+
+    def beside_store_len(self) -> int:
+        """How many entries ``beside_store`` holds (dedupe window and TTL schedule)."""
+        return len(self._dedupe) + len(self._ttl)
