@@ -2,8 +2,9 @@
 
 Header names (lower-cased: lookups are case-insensitive, as in nats-server), the one-pass
 parse of a header block (with a shortcut for the most common block, a lone ``Nats-Msg-Id``),
-``Nats-TTL`` values (a Go duration, integer seconds or ``never``) and the sequence numbers
-of the ``Nats-Expected-*`` headers. Pure functions: ``stream.py`` applies what they read.
+``Nats-TTL`` values (a Go duration, integer seconds or ``never``), and the checks that come
+before dedupe (``Nats-Expected-*``, a Nats-TTL the stream does not allow): they read the
+config and the store and change nothing; ``stream.py`` applies what they decide.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ from __future__ import annotations
 import re
 
 from jetraft.jetstream import errors as E
+from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.store.types import StreamStore
+from jetraft.jetstream.stream_config import StreamConfig
 
 NS_PER_S = 1_000_000_000
 MAX_HEADER_LEN = 65535
@@ -111,3 +115,37 @@ def parse_seq(text: str) -> int:
     -1, i.e. the largest uint64)."""
     text = text.strip()
     return int(text) if _is_ascii_number(text) else -1
+
+
+def check_headers(
+    cfg: StreamConfig, store: StreamStore, subject: str, sourced: bool, h: dict[str, str]
+) -> ApiError | None:
+    """The Nats-Expected-* and Nats-TTL checks that come before dedupe, for a publish to
+    ``subject`` with the Nats-* headers ``h`` (``sourced``: a copy from a stream source)."""
+    if not sourced and "nats-stream-source" in h:
+        return E.api_error(10227)  # only a source may say where a message came from
+    expected = h.get(EXPECTED_STREAM)
+    if expected and expected != cfg.name:
+        return E.expected_stream_mismatch()
+    ttl_text = h.get(MSG_TTL)
+    if ttl_text is not None and not cfg.allow_msg_ttl and not sourced:
+        try:
+            ttl = parse_ttl_s(ttl_text)
+        except ApiError:
+            ttl = 0  # reported as invalid later, as nats-server does
+        if ttl != 0:
+            return E.ttl_disabled()
+    subj_seq = h.get(EXPECTED_LAST_SUBJ_SEQ)
+    seq_subject = h.get(EXPECTED_LAST_SUBJ_SEQ_SUBJ)
+    if subj_seq is not None:
+        last = store.last_seq_for_subject(seq_subject or subject)
+        if parse_seq(subj_seq) != last:
+            return E.wrong_last_sequence(last)
+    elif seq_subject:
+        return E.expected_last_seq_per_subject_invalid()
+    last_seq = h.get(EXPECTED_LAST_SEQ)
+    if last_seq is not None:
+        stream_last = store.bounds()[1]
+        if parse_seq(last_seq) != stream_last:
+            return E.wrong_last_sequence(stream_last)
+    return None

@@ -62,19 +62,15 @@ from jetraft.jetstream.expiry import (
 )
 from jetraft.jetstream.publish_headers import (
     EXPECTED_LAST_MSG_ID,
-    EXPECTED_LAST_SEQ,
-    EXPECTED_LAST_SUBJ_SEQ,
-    EXPECTED_LAST_SUBJ_SEQ_SUBJ,
-    EXPECTED_STREAM,
     LONE_MSG_ID,
     MAX_HEADER_LEN,
     MSG_ID,
     MSG_TTL,
     NS_PER_S,
     ROLLUP,
+    check_headers,
     lone_msg_id,
     nats_headers,
-    parse_seq,
     parse_ttl_s,
 )
 from jetraft.jetstream.republish import republish_subject, republished
@@ -444,7 +440,7 @@ class Stream:
         ttl_s = 0
         h = nats_headers(hdr) if hdr else None
         if h:
-            err = self._check_headers(e, h)
+            err = check_headers(cfg, self.store, e.subject, _copy_seq(e) == SOURCED, h)
             if err is not None:
                 return self._nack(e, err)
             msg_id = h.get(MSG_ID, "")
@@ -520,36 +516,6 @@ class Stream:
             return
         copy_hdr, copy_data = republished(rp, self.name, e, hdr, seq, prev)
         publish(to, copy_hdr, copy_data)
-
-    def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
-        """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
-        cfg = self.config
-        if _copy_seq(e) != SOURCED and "nats-stream-source" in h:
-            return E.api_error(10227)  # only a source may say where a message came from
-        expected = h.get(EXPECTED_STREAM)
-        if expected and expected != cfg.name:
-            return E.expected_stream_mismatch()
-        ttl_text = h.get(MSG_TTL)
-        if ttl_text is not None and not cfg.allow_msg_ttl and _copy_seq(e) != SOURCED:
-            try:
-                ttl = parse_ttl_s(ttl_text)
-            except ApiError:
-                ttl = 0  # reported as invalid later, as nats-server does
-            if ttl != 0:
-                return E.ttl_disabled()
-        subj_seq = h.get(EXPECTED_LAST_SUBJ_SEQ)
-        seq_subject = h.get(EXPECTED_LAST_SUBJ_SEQ_SUBJ)
-        if subj_seq is not None:
-            subject = seq_subject or e.subject
-            last = self.store.last_seq_for_subject(subject)
-            if parse_seq(subj_seq) != last:
-                return E.wrong_last_sequence(last)
-        elif seq_subject:
-            return E.expected_last_seq_per_subject_invalid()
-        last_seq = h.get(EXPECTED_LAST_SEQ)
-        if last_seq is not None and parse_seq(last_seq) != self.last_seq:
-            return E.wrong_last_sequence(self.last_seq)
-        return None
 
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
