@@ -48,6 +48,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/store/_index_chunks.py",
     "src/jetraft/jetstream/store/_index_subjects.py",
     "src/jetraft/jetstream/store/_records.py",
+    "src/jetraft/jetstream/store/_block_reads.py",
     "src/jetraft/jetstream/store/_reclaim.py",
     "src/jetraft/jetstream/store/file.py",
     "src/jetraft/jetstream/store/memory.py",

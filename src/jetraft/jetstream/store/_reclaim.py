@@ -19,27 +19,19 @@ from __future__ import annotations
 import contextlib
 
 from jetraft.jetstream.store import _records as rec
-from jetraft.jetstream.store._base import BaseStore
-from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles
+from jetraft.jetstream.store._block_reads import BlockReads
+from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block
 from jetraft.jetstream.store._compact import rewrite
-from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import StoreDisk
-from jetraft.jetstream.store.types import StoreClosed, StoreError
+from jetraft.jetstream.store.types import StoreError
 
 
-class FileSpace(BaseStore):
+class FileSpace(BlockReads):
     """Erase, unlink and rewrite over the file store's state (set up by ``FileStore``)."""
 
-    # The store's state that this work reads and changes (see ``FileStore._open``).
-    _root: str
+    # The store's state that this work changes, beside what reads use (``BlockReads``).
     _disk: StoreDisk
-    _cipher: RecordCipher | None
     _block_size: int
-    _failed: BaseException | None
-    _blocks: dict[int, Block]
-    _files: ReadFiles
-    _active: Block
-    _rcache: tuple[int, int, bytes] | None
     _unsynced: bool
     _dir_dirty: bool
     _dirty_blocks: set[int]
@@ -47,17 +39,6 @@ class FileSpace(BaseStore):
     _durable_head: int
     _erase_new: list[tuple[Block, int, int, int, int]]
     _erase_ready: list[tuple[Block, int, int, int, int]]
-
-    def _check(self) -> None:
-        if self._closed:
-            raise StoreClosed("stream store is closed")
-        if self._failed is not None:
-            raise StoreError(f"stream store {self._root} failed: {self._failed}")
-
-    def _fail(self, exc: BaseException) -> StoreError:
-        """Remember the first I/O failure: the store refuses all further work."""
-        self._failed = exc
-        return StoreError(f"stream store {self._root} failed: {exc}")
 
     # --- secure erase ----------------------------------------------------------------------
 
