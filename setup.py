@@ -25,7 +25,8 @@ from setuptools import setup
 # benchmarks/js_cpu.py): the client protocol parser, subject matching, routing and the client
 # connection's delivery and write buffering (core publish/subscribe); the stream state
 # machine, the file and memory stores, the consumer core and the server's JetStream intake,
-# commit and delivery glue (JetStream publish and consume). Each must compile under mypyc
+# commit and delivery glue (JetStream publish and consume); the Spark sink's per-message
+# loops (spark/_publoops.py: a Spark worker's write). Each must compile under mypyc
 # without changing behaviour (docs/architecture.md, "The compiled build", lists what that
 # rules out: msgspec Structs stay in modules not listed here, such as jetstream/entries.py).
 MYPYC_MODULES = [
@@ -37,12 +38,19 @@ MYPYC_MODULES = [
     "src/jetraft/server/core/router.py",
     "src/jetraft/server/core/sublist.py",
     "src/jetraft/jetstream/stream.py",
+    "src/jetraft/jetstream/publish_headers.py",
+    "src/jetraft/jetstream/dedupe.py",
+    "src/jetraft/jetstream/republish.py",
+    "src/jetraft/jetstream/retention.py",
+    "src/jetraft/jetstream/expiry.py",
     "src/jetraft/jetstream/store/_base.py",
     "src/jetraft/jetstream/store/_blocks.py",
     "src/jetraft/jetstream/store/_index.py",
     "src/jetraft/jetstream/store/_index_chunks.py",
     "src/jetraft/jetstream/store/_index_subjects.py",
     "src/jetraft/jetstream/store/_records.py",
+    "src/jetraft/jetstream/store/_block_reads.py",
+    "src/jetraft/jetstream/store/_reclaim.py",
     "src/jetraft/jetstream/store/file.py",
     "src/jetraft/jetstream/store/memory.py",
     "src/jetraft/jetstream/acks.py",
@@ -57,6 +65,7 @@ MYPYC_MODULES = [
     "src/jetraft/server/js/commit.py",
     "src/jetraft/server/js/replies.py",
     "src/jetraft/server/core/internal.py",
+    "src/jetraft/spark/_publoops.py",
 ]
 
 
