@@ -47,6 +47,7 @@ class RouteProxy:
         self._links: set[_Link] = set()
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self.accepted = 0  # connections dialed through the proxy so far
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, self.host, self.port)
@@ -88,6 +89,7 @@ class RouteProxy:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         src = str(peer[0]) if isinstance(peer, tuple) else ""
+        self.accepted += 1
         if self._cut.get(src) == "reset":
             writer.close()
             return

@@ -83,6 +83,37 @@ async def test_sigkill_of_the_stream_leader_during_a_publish_loop(
     await nc.close()
 
 
+async def test_every_publish_through_a_just_restarted_server_is_acknowledged(
+    make_cluster: ClusterFactory,
+) -> None:
+    """A server back from SIGKILL relays publishes to the stream's leader as soon as it has
+    a route to it, and each one gets its PubAck. (Its peers, still backing off from their
+    failed dials, used to dial it again after it had dialed them; closing the duplicate
+    route dropped the PubAcks it was carrying.)"""
+    cl = make_cluster(3)
+    await cl.start()
+    await cl.wait_jetstream()
+    admin = await cl.connect(cl.nodes[0])
+    await admin.jetstream().add_stream(name="BACK", subjects=["back"], num_replicas=3)
+    leader = await stream_leader(admin, "BACK")
+    await admin.close()
+    node = _other(cl, leader)
+    node.kill()
+    node.start()
+    await cl.wait_serving(node)
+    nc = await cl.connect(node)
+    # Until the route to the leader (and its interest) is up, a refusal is the answer.
+    acked = {0: (await _publish_reliably(nc, "back", 0))[0]}
+    js = nc.jetstream()
+    for i in range(1, 300):
+        # From here on nothing is lost: a missing PubAck is this timeout.
+        ack = await js.publish("back", b"msg %d" % i, timeout=10,
+                               headers={"Nats-Msg-Id": f"id-{i}"})
+        acked[i] = ack.seq
+    await _check_all_present(nc, "BACK", acked)
+    await nc.close()
+
+
 async def test_sigstop_of_the_leader_and_of_a_follower(make_cluster: ClusterFactory) -> None:
     cl = make_cluster(3)
     await cl.start()

@@ -104,6 +104,65 @@ async def test_a_burst_routed_to_another_server_keeps_order_and_framing(
     await asker.close()
 
 
+async def test_a_server_that_dialed_us_first_is_not_dialed_again(
+    make_cluster: ClusterFactory,
+) -> None:
+    """n1 starts alone, so its dials to n2 fail and back off. n2 then starts and dials n1,
+    and the mesh forms. n1's next retry must find n2 already connected: dialing again made
+    a duplicate route, and whichever of the two lost was closed with the messages it was
+    carrying, up to a second after the mesh had formed."""
+    cl = make_cluster(2, proxies=True, jetstream=lambda i: False)
+    n1, n2 = cl.nodes
+    assert n1.proxy is not None and n2.proxy is not None
+    for node in cl.nodes:
+        assert node.proxy is not None
+        await node.proxy.start()
+    cl.write_configs()
+    n1.start()
+    proxy2 = n2.proxy
+    # Each failed dial doubles n1's delay (at most a second, with jitter).
+    await wait_until(lambda: proxy2.accepted >= 3, what="n1 dialing n2 in vain")
+    n2.start()
+    await cl.wait_mesh()
+    sub = await cl.connect(n2)
+    got: list[bytes] = []
+
+    async def cb(msg: nats.aio.msg.Msg) -> None:
+        if msg.reply:
+            await msg.respond(b"here")
+        else:
+            got.append(msg.data)
+
+    await sub.subscribe("steady", cb=cb)
+    await sub.flush()
+    pub = await cl.connect(n1)
+    await wait_until(lambda: pub.request("steady", b"probe", timeout=0.5), what="interest at n1")
+    dials = proxy2.accepted
+
+    def routes_held() -> list[tuple[str, int, bool]]:
+        return [
+            (r["ip"], r["port"], r["did_solicit"])
+            for n in cl.nodes
+            for r in n.http("/routez")["routes"]
+        ]
+
+    held = routes_held()
+    assert len(held) == 2
+    # Bounded negative wait, paced to outlast n1's longest retry delay (1.5 s): a message
+    # every 50 ms, each of which must arrive.
+    want = [str(i).encode() for i in range(40)]
+    for data in want:
+        await pub.publish("steady", data)
+        await asyncio.sleep(0.05)
+    await pub.flush()
+    await wait_until(lambda: len(got) >= len(want), what="the steady messages")
+    assert got == want
+    assert proxy2.accepted == dials, "n1 dialed n2 again though n2 had dialed it"
+    assert routes_held() == held, "the route the mesh formed with was replaced"
+    await sub.close()
+    await pub.close()
+
+
 async def test_queue_group_members_across_servers_get_each_message_once(
     make_cluster: ClusterFactory,
 ) -> None:
@@ -235,7 +294,7 @@ async def test_other_cluster_name_is_refused(make_cluster: ClusterFactory) -> No
 
 
 async def test_route_credentials_are_checked(make_cluster: ClusterFactory) -> None:
-    cl = make_cluster(3, jetstream=lambda i: False)
+    cl = make_cluster(3, proxies=True, jetstream=lambda i: False)
     for node in cl.nodes:
         node.cluster_extra = "  authorization { user: ruser, password: rpass }\n"
 
@@ -243,8 +302,11 @@ async def test_route_credentials_are_checked(make_cluster: ClusterFactory) -> No
         secret = "wrong" if node.index == 3 else "rpass"
         return [u.replace("://", f"://ruser:{secret}@") for u in cl.routes_for(node)]
 
-    await cl.start(wait=False, routes=routes)
     n1, n2, n3 = cl.nodes
+    assert n3.proxy is not None
+    # n3 must dial first: n1 and n2 cannot reach it until it has been refused.
+    n3.proxy.cut({n1.host, n2.host}, mode="reset")
+    await cl.start(wait=False, routes=routes)
     for node in cl.nodes:
         await cl.wait_serving(node)
     await cl.wait_mesh(nodes=[n1, n2])
@@ -252,6 +314,7 @@ async def test_route_credentials_are_checked(make_cluster: ClusterFactory) -> No
     # so n3 still joins the mesh through the routes they solicit.
     await wait_until(lambda: "Authorization Violation" in n3.log() + n1.log() + n2.log(),
                      what="refusal")
+    n3.proxy.heal()
     await cl.wait_mesh()
 
 

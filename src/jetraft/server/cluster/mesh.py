@@ -3,7 +3,8 @@
 * Dialing: each configured route URL has a solicitor that dials until a route to the server
   behind it is up, waits while it lasts and dials again when it goes (explicit routes
   forever; routes learnt by gossip ``connect_retries`` times, at least a few). A URL that
-  turns out to be this server is dropped.
+  turns out to be this server is dropped; one that a connected server advertises is not
+  dialed while that route lasts (the server dialed us first).
 * Gossip: every INFO lists the routes its sender has; a server dials the ones it lacks, so
   a server configured with one seed route ends up in the full mesh.
 * Checks when a route comes up: the cluster name must match ours, the peer's server_name
@@ -196,7 +197,7 @@ class RouteMesh:
         failures = 0
         delay = _RETRY_MIN_S
         while not self._stopping:
-            sid = self._url_ids.get(url, "")
+            sid = self._advertiser_of(url) or self._url_ids.get(url, "")
             if sid == self.host.server_id:
                 return  # the URL is this server
             live = self.routes.get(sid) if sid else None
@@ -233,6 +234,20 @@ class RouteMesh:
             else:
                 await asyncio.sleep(delay * (0.5 + self._rng.random()))
                 delay = min(delay * 2, _RETRY_MAX_S)
+
+    def _advertiser_of(self, url: str) -> str:
+        """The id of a connected server that advertises ``url`` as its route URL, else "".
+
+        A server that dialed us first (we were not listening yet when it started, or our
+        own dial failed) is already connected when our retry comes round: dialing it again
+        would make a duplicate route, and the duplicate that loses is closed with whatever
+        it was carrying, messages included, long after the mesh formed."""
+        want = split_url(url)
+        for sid, route in self.routes.items():
+            advertised = self._peer_route_url(route)
+            if advertised and split_url(advertised) == want:
+                return sid
+        return ""
 
     def _known_ids(self) -> set[str]:
         ids = set(self.routes)
