@@ -737,11 +737,7 @@ class FileStore(BaseStore):
                         size += len(msg.headers)
                     if size >= max_bytes:
                         return out
-            # On past this chunk's entries; none at or after ``seq`` in it: the next live.
-            after = c.seq_at(n - 1) + 1 if n else seq
-            seq = after if after > seq else ix.next_live(seq)
-            if not seq:
-                break
+            seq = c.seq_at(n - 1) + 1
         return out
 
     def _load_at(self, seq: int, loc: int, rlen: int, sid: int) -> StoredMsg:
