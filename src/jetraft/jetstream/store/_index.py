@@ -164,10 +164,6 @@ class SeqIndex(Generic[T]):
 
     # --- chunks ----------------------------------------------------------------------------
 
-    def chunk_at(self, seq: int) -> Chunk[T] | None:
-        """The chunk whose sequences include ``seq`` (None: no chunk there)."""
-        return self._chunks.get(seq >> SHIFT)
-
     def _find(self, seq: int) -> tuple[Chunk[T], int] | None:
         """The chunk and entry of a live ``seq``."""
         c = self._chunks.get(seq >> SHIFT)

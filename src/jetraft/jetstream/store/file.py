@@ -700,47 +700,7 @@ class FileStore(BaseStore):
         found = self._ix.locate(seq)
         if found is None:
             return None
-        return self._load_at(seq, found[0], found[1], found[2])
-
-    def load_run(self, start_seq: int, max_msgs: int, max_bytes: int = 0) -> list[StoredMsg]:
-        """``BaseStore.load_run`` walking the index's chunks: one lookup per chunk, then its
-        entries in order, each record read as ``load`` reads it (a batch read's per-message
-        index lookup was a tenth of its store work)."""
-        if self._closed or self._failed is not None:
-            self._check()
-        ix = self._ix
-        out: list[StoredMsg] = []
-        seq = start_seq if start_seq > ix.first else ix.first
-        size = 0
-        while max_msgs > 0 and seq <= ix.last:
-            c = ix.chunk_at(seq)
-            if c is None:
-                seq = ix.next_live(seq)
-                if not seq:
-                    break
-                continue
-            sids, locs, rlens, offs = c.sids, c.locs, c.rlens, c.offs
-            assert locs is not None and rlens is not None
-            n = len(sids)
-            for i in range(c.lower(seq), n):
-                sid = sids[i]
-                if sid < 0:
-                    continue
-                at = c.base + i if offs is None else c.seq_at(i)
-                msg = self._load_at(at, locs[i], rlens[i], sid)
-                out.append(msg)
-                if len(out) >= max_msgs:
-                    return out
-                if max_bytes:
-                    size += len(msg.subject) + len(msg.data)
-                    if msg.headers is not None:
-                        size += len(msg.headers)
-                    if size >= max_bytes:
-                        return out
-            seq = c.seq_at(n - 1) + 1
-        return out
-
-    def _load_at(self, seq: int, loc: int, rlen: int, sid: int) -> StoredMsg:
+        loc, rlen, sid = found
         c = self._rcache
         if c is not None and self._cipher is None:
             # A record inside the read-ahead buffer (a consumer reading in sequence), what
