@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import Account, Subscription
@@ -25,16 +24,6 @@ class Sink:
         assert reply is None and hdr is None
         self.got.append((sub.sid, subject, data))
         return True
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        taken = 0
-        for hdr, data in items:
-            if not self.deliver(sub, subject, None, hdr, data):
-                break
-            taken += 1
-        return taken
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int

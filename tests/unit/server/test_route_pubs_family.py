@@ -5,7 +5,6 @@ message with its own subject, in order, as when routed one by one."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 
 from jetraft.protocol.client import ClientParser, PubBatch
 from jetraft.server.core.accounts import Account, Subscription
@@ -52,16 +51,6 @@ class Sink:
     ) -> bool:
         self.got.append((sub.sid, subject, reply, data))
         return True
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        taken = 0
-        for hdr, data in items:
-            if not self.deliver(sub, subject, None, hdr, data):
-                break
-            taken += 1
-        return taken
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int

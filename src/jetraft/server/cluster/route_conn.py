@@ -296,11 +296,6 @@ class RouteConnection(asyncio.Protocol):
     ) -> int:
         return 0  # as ``deliver``: the router forwards to routes itself
 
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        return 0  # as ``deliver``: the router forwards to routes itself
-
     def forward(
         self,
         account: Account,

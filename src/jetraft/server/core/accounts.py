@@ -7,7 +7,6 @@ cluster, a route standing for the interest of the servers behind it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -41,14 +40,6 @@ class Subscriber(Protocol):
         """Write runs ``first`` to ``stop`` of ``batch`` (client publishes, each run with its
         own subject and reply; consecutive runs often share the subject object; ``msgs``
         messages of ``size`` bytes in all) for ``sub``, in order; returns how many were
-        delivered (always the first ones)."""
-        ...
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        """Write ``items`` (header block or None, payload), messages to ``subject`` without
-        reply (a slice of a DIRECT.GET batch), for ``sub``, in order; returns how many were
         delivered (always the first ones)."""
         ...
 

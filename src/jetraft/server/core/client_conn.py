@@ -9,7 +9,6 @@ import logging
 import operator
 import secrets
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -494,53 +493,6 @@ class ClientConnection(asyncio.Protocol):
             append(head)
             append(bodies[b0] if b1 - b0 == 1 else (b"\r\n" + head).join(bodies[b0:b1]))
             append(b"\r\n")
-        self._out_bytes += size
-        self.out_msgs += msgs
-        self.out_bytes += size
-        sub.delivered += msgs
-        if self._out_bytes > _FLUSH_BYTES:
-            self.flush()
-        return msgs
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        """Write messages (header block or None, payload) to ``subject`` without reply for
-        ``sub`` (see ``Subscriber``) as one piece: a slice of a DIRECT.GET batch, framed
-        with one call instead of one per message. Runs once per slice: keep it flat."""
-        if self.closed:
-            return 0
-        if self.perms is not None or sub.max_msgs or not self.headers:
-            delivered = 0
-            for hdr, data in items:
-                if sub.max_msgs and sub.delivered >= sub.max_msgs:
-                    break  # auto-unsubscribed: the rest is not for it
-                if not self.deliver(sub, subject, None, hdr, data):
-                    break
-                delivered += 1
-            return delivered
-        out = self._out
-        if not out and not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._call_soon(self.flush)
-        parts: list[bytes] = []
-        append = parts.append
-        sid = sub.sid
-        size = 0
-        for hdr, data in items:
-            if hdr is None:
-                n = len(data)
-                append(f"MSG {subject} {sid} {n}\r\n".encode())
-            else:
-                hlen = len(hdr)
-                n = hlen + len(data)
-                append(f"HMSG {subject} {sid} {hlen} {n}\r\n".encode())
-                append(hdr)
-            append(data)
-            append(b"\r\n")
-            size += n
-        out.append(b"".join(parts))
-        msgs = len(items)
         self._out_bytes += size
         self.out_msgs += msgs
         self.out_bytes += size

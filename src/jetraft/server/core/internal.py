@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
@@ -130,16 +130,6 @@ class InternalClient:
             # A bug in one component must not take down the publisher's connection.
             log.exception("internal handler %s failed on %s", self.name, subject)
         return True
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> int:
-        delivered = 0
-        for hdr, data in items:
-            if not self.deliver(sub, subject, None, hdr, data):
-                break
-            delivered += 1
-        return delivered
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int

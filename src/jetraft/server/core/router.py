@@ -219,20 +219,6 @@ class Router:
         without reply, in order (a slice of a DIRECT.GET batch): as ``route_message`` for
         each, matched once while the interest stays as it was. Stops at the first message
         nobody took; returns how many receivers took the last one (0: nobody listens)."""
-        match = account.sublist.match(subject)
-        plain = match.plain
-        if len(plain) == 1 and not match.queues and not plain[0].conn.is_route:
-            # The usual answer: one requester's inbox. Its connection frames the whole
-            # slice in one call; each subscriber takes a prefix of the messages (it stops
-            # at the first it refuses), as message-by-message routing would give it.
-            sub = plain[0]
-            taken = sub.conn.deliver_replies(sub, subject, items)
-            size = 0
-            for hdr, data in items[:taken]:
-                size += len(data) if hdr is None else len(data) + len(hdr)
-            refused = 1 if taken < len(items) else 0  # routed, taken by nobody: the end
-            account.stats.add(taken + refused, size, taken, size)
-            return 1 if taken == len(items) else 0
         msgs = [(subject, None, hdr, data) for hdr, data in items]
         return self._route_matched(account, subject, msgs, stop_unheard=True)
 
