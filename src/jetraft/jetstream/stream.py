@@ -27,15 +27,13 @@ state is updated; they must not re-enter ``apply`` synchronously except through
 
 from __future__ import annotations
 
-import heapq
 import random
-import re
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from jetraft.jetstream import errors as E
+from jetraft.jetstream.dedupe import DedupeWindow
 from jetraft.jetstream.entries import (
     SOURCED,
     ConsumerAck,
@@ -55,35 +53,47 @@ from jetraft.jetstream.entries import (
     encode_entry,
 )
 from jetraft.jetstream.errors import ApiError
-from jetraft.jetstream.markers import is_marker, marker_header
-from jetraft.jetstream.models import format_time
+from jetraft.jetstream.expiry import (
+    TtlSchedule,
+    expire,
+    expire_leaving_markers,
+    next_expiry_ns,
+    scan,
+)
+from jetraft.jetstream.publish_headers import (
+    EXPECTED_LAST_MSG_ID,
+    LONE_MSG_ID,
+    MAX_HEADER_LEN,
+    MSG_ID,
+    MSG_TTL,
+    NS_PER_S,
+    ROLLUP,
+    check_headers,
+    lone_msg_id,
+    nats_headers,
+    parse_ttl_s,
+)
+from jetraft.jetstream.republish import republish_subject, republished
+from jetraft.jetstream.retention import (
+    RetentionConsumer,
+    has_interest,
+    remove_unneeded,
+    unneeded,
+)
 from jetraft.jetstream.sourcing import SourcePositions, source_position
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
-from jetraft.protocol.subjects import is_valid_subject, subject_matches
 from jetraft.protocol.transform import SubjectTransform as Transform
 
-NS_PER_S = 1_000_000_000
-NEVER = -1  # the expiry time that stands for Nats-TTL "never" in ``beside_store``
-MAX_HEADER_LEN = 65535
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
 # stream there; from then on publishes are refused (nats-server would wrap around to 0).
 MAX_SEQ = 2**64 - 2
 
-# Header names, lower-cased (lookups are case-insensitive, as in nats-server).
-MSG_ID = "nats-msg-id"
-EXPECTED_STREAM = "nats-expected-stream"
-EXPECTED_LAST_SEQ = "nats-expected-last-sequence"
-EXPECTED_LAST_SUBJ_SEQ = "nats-expected-last-subject-sequence"
-EXPECTED_LAST_SUBJ_SEQ_SUBJ = "nats-expected-last-subject-sequence-subject"
-EXPECTED_LAST_MSG_ID = "nats-expected-last-msg-id"
-ROLLUP = "nats-rollup"
-MSG_TTL = "nats-ttl"
-
-# The entries and PubAck live in ``entries`` (a module that is never compiled, see there);
-# their names stay importable from here.
+# The entries and PubAck live in ``entries`` (a module that is never compiled, see there),
+# the header parsing in ``publish_headers``; their names stay importable from here.
 __all__ = [
+    "LONE_MSG_ID",
     "SOURCED",
     "ConsumerAck",
     "CopyMsg",
@@ -95,6 +105,7 @@ __all__ = [
     "PubAck",
     "Purge",
     "Result",
+    "RetentionConsumer",
     "Retire",
     "StoreBatch",
     "StoreMsg",
@@ -103,39 +114,10 @@ __all__ = [
     "decode_entry",
     "decode_log_entry",
     "encode_entry",
+    "lone_msg_id",
+    "nats_headers",
+    "parse_ttl_s",
 ]
-
-
-LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
-_LONE_AT = len(LONE_MSG_ID)
-
-
-def lone_msg_id(hdr: bytes) -> str | None:
-    """The id of a header block that holds a ``Nats-Msg-Id`` and nothing else (the most
-    common block by far: a publisher's dedupe id), else None."""
-    if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
-        return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
-    return None
-
-
-def nats_headers(hdr: bytes) -> dict[str, str]:
-    """The ``Nats-*`` headers of a block, by lower-cased name (first value wins); one pass,
-    and nothing at all for the common block without any."""
-    msg_id = lone_msg_id(hdr)
-    if msg_id is not None:
-        return {MSG_ID: msg_id}  # no general parse
-    out: dict[str, str] = {}
-    if b"\r\nnats-" not in hdr.lower():
-        return out
-    for line in hdr.split(b"\r\n")[1:]:
-        if line[:5].lower() != b"nats-":
-            continue
-        name, sep, value = line.partition(b":")
-        if sep:
-            key = name.strip().decode("utf-8", "replace").lower()
-            if key not in out:
-                out[key] = value.strip().decode("utf-8", "replace")
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,18 +131,6 @@ Result = PubAck | OpResult
 
 
 # --- who the stream talks to ---------------------------------------------------------------
-
-
-class RetentionConsumer(Protocol):
-    """What interest/workqueue retention needs from a consumer."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def filters(self) -> tuple[str, ...]: ...
-
-    def needs_ack(self, seq: int, subject: str) -> bool: ...
 
 
 class StreamObserver(Protocol):
@@ -185,64 +155,10 @@ def limits_of(cfg: StreamConfig) -> Limits:
     )
 
 
-def parse_ttl_s(text: str) -> int:
-    """``Nats-TTL`` as seconds: -1 = never, 0 = none; raises ApiError 10165 when invalid.
-
-    Accepts ``never``, a Go duration of at least 1s (``90s``, ``1h``) or integer seconds."""
-    text = text.strip()
-    if not text:
-        return 0
-    if text.lower() == "never":
-        return -1
-    if _is_ascii_number(text):
-        return int(text)
-    ns = _go_duration_ns(text)
-    if ns is None or ns < NS_PER_S:
-        raise E.ttl_invalid()
-    return ns // NS_PER_S
-
-
-_UNIT_NS = {
-    "ns": 1,
-    "us": 1_000,
-    "µs": 1_000,
-    "ms": 1_000_000,
-    "s": NS_PER_S,
-    "m": 60 * NS_PER_S,
-    "h": 3600 * NS_PER_S,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-
-
-def _go_duration_ns(text: str) -> int | None:
-    total = 0.0
-    pos = 0
-    for m in _DURATION_PART.finditer(text):
-        if m.start() != pos:
-            return None
-        total += float(m.group(1)) * _UNIT_NS[m.group(2)]
-        pos = m.end()
-    if pos != len(text) or pos == 0:
-        return None
-    return int(total)
-
-
-def _is_ascii_number(text: str) -> bool:
-    # str.isdigit() alone also accepts "²" and other digits int() refuses or reads differently
-    # from nats-server, which only knows ASCII.
-    return text.isascii() and text.isdigit()
-
-
 def _copy_seq(e: StoreMsg) -> int:
     """A copy's origin sequence (mirror) or SOURCED; 0 for a publish."""
     return e.seq if isinstance(e, CopyMsg) else 0
 
-
-def _parse_seq(text: str) -> int:
-    """A header sequence number; anything unparsable never matches (nats-server reads it as
-    -1, i.e. the largest uint64)."""
-    text = text.strip()
-    return int(text) if _is_ascii_number(text) else -1
 
 
 # --- the state machine ---------------------------------------------------------------------
@@ -261,18 +177,9 @@ class Stream:
         self.consumers: dict[str, RetentionConsumer] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._observers: list[StreamObserver] = []
-        # Nats-Msg-Id -> (seq, ts_ns), oldest first (for pruning by entry time).
-        self._dedupe: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        # No entry expires before this time (the oldest one's time + the window; -1: look):
-        # spares the per-publish look at the oldest entry. A hint, never a decision.
-        self._prune_due = -1
+        self._dedupe = DedupeWindow()
         self.last_msg_id = ""
-        # (expires_at_ns, seq) of messages with a Nats-TTL.
-        self._ttl_heap: list[tuple[int, int]] = []
-        # Messages whose Nats-TTL is "never": max_age does not remove them (nats-server's
-        # rule); other limits, purges and deletes still do. May hold removed sequences
-        # (pruned below the first one at each expiry), never misses a stored one.
-        self._never: set[int] = set()
+        self._ttl = TtlSchedule()
         self.store.update_limits(limits_of(config))
         # Where stored messages are copied to: set by the runtime on the one server that
         # publishes them (the stream leader); (subject, headers, body).
@@ -500,10 +407,11 @@ class Stream:
         or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
         leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
         cfg = self.config
-        dd = self._dedupe
+        window = self._dedupe
+        dd = window.ids
         if msg_id:
-            if dd and ts_ns > self._prune_due:
-                self._prune_dedupe(ts_ns)
+            if dd and ts_ns > window.prune_due:
+                window.prune(ts_ns, cfg.duplicate_window)
             seen = dd.get(msg_id)
             if seen is not None:
                 return seen[0], True
@@ -532,13 +440,13 @@ class Stream:
         ttl_s = 0
         h = nats_headers(hdr) if hdr else None
         if h:
-            err = self._check_headers(e, h)
+            err = check_headers(cfg, self.store, e.subject, _copy_seq(e) == SOURCED, h)
             if err is not None:
                 return self._nack(e, err)
             msg_id = h.get(MSG_ID, "")
             if msg_id:
-                self._prune_dedupe(e.ts_ns)
-                seen = self._dedupe.get(msg_id)
+                self._dedupe.prune(e.ts_ns, cfg.duplicate_window)
+                seen = self._dedupe.ids.get(msg_id)
                 if seen is not None:
                     return PubAck(e.reply, self.name, seen[0], True, None, self.domain)
             expected_id = h.get(EXPECTED_LAST_MSG_ID)
@@ -558,7 +466,7 @@ class Stream:
             return self._nack(e, E.api_error(10097))
         if self.last_seq >= MAX_SEQ:
             return self._nack(e, E.store_failed("stream sequence space exhausted"))
-        if cfg.retention == "interest" and not self._has_interest(e.subject):
+        if cfg.retention == "interest" and not has_interest(self.consumers.values(), e.subject):
             # Nobody would ever consume it: burn the sequence, keep nothing (nats-server).
             seq = self.last_seq + 1
             self.store.skip_msgs(seq, 1)
@@ -582,10 +490,8 @@ class Stream:
         seq, removed = self.store.store(e.subject, hdr, e.data, e.ts_ns)
         if msg_id or self.last_msg_id:
             self._remember(msg_id, seq, e.ts_ns)
-        if ttl_s > 0:
-            heapq.heappush(self._ttl_heap, (e.ts_ns + ttl_s * NS_PER_S, seq))
-        elif ttl_s < 0:
-            self._never.add(seq)
+        if ttl_s:
+            self._ttl.add(seq, e.ts_ns, ttl_s)
         if rollup == "sub":
             self._purge_quietly(e.subject, keep=1)
         elif rollup == "all":
@@ -596,88 +502,27 @@ class Stream:
         return PubAck(e.reply, self.name, seq, False, None, self.domain)
 
     def _republish_subject(self, subject: str) -> str:
-        """Where a message stored on ``subject`` is republished ('' for nowhere: no
-        republish, not the publishing server, no match, or an invalid result)."""
-        rtr = self._rtr
-        if rtr is None or self.republisher is None:
+        """Where a message stored on ``subject`` is republished ('' for nowhere: not the
+        publishing server, or see ``republish_subject``)."""
+        if self.republisher is None:
             return ""
-        out = rtr.match(subject)
-        return out if out is not None and is_valid_subject(out) else ""
+        return republish_subject(self._rtr, subject)
 
     def _republish(self, to: str, e: StoreMsg, hdr: bytes | None, seq: int, prev: int) -> None:
-        """Hand the copy of a stored message to the republisher: its headers plus the
-        stream, subject, sequence, time and the previous sequence on that subject (and the
-        body's size instead of the body with ``headers_only``)."""
+        """Hand the copy of a stored message to the republisher (see ``republish``)."""
         rp = self.config.republish
         publish = self.republisher
         if not isinstance(rp, RePublish) or publish is None:
             return
-        lines = (
-            f"Nats-Stream: {self.name}\r\nNats-Subject: {e.subject}\r\n"
-            f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {format_time(e.ts_ns)}\r\n"
-            f"Nats-Last-Sequence: {prev}\r\n"
-        )
-        if rp.headers_only:
-            lines += f"Nats-Msg-Size: {len(e.data)}\r\n"
-        head = hdr[:-2] if hdr else b"NATS/1.0\r\n"
-        publish(to, head + lines.encode() + b"\r\n", b"" if rp.headers_only else e.data)
-
-    def _check_headers(self, e: StoreMsg, h: dict[str, str]) -> ApiError | None:
-        """The Nats-Expected-* and Nats-TTL checks that come before dedupe."""
-        cfg = self.config
-        if _copy_seq(e) != SOURCED and "nats-stream-source" in h:
-            return E.api_error(10227)  # only a source may say where a message came from
-        expected = h.get(EXPECTED_STREAM)
-        if expected and expected != cfg.name:
-            return E.expected_stream_mismatch()
-        ttl_text = h.get(MSG_TTL)
-        if ttl_text is not None and not cfg.allow_msg_ttl and _copy_seq(e) != SOURCED:
-            try:
-                ttl = parse_ttl_s(ttl_text)
-            except ApiError:
-                ttl = 0  # reported as invalid later, as nats-server does
-            if ttl != 0:
-                return E.ttl_disabled()
-        subj_seq = h.get(EXPECTED_LAST_SUBJ_SEQ)
-        seq_subject = h.get(EXPECTED_LAST_SUBJ_SEQ_SUBJ)
-        if subj_seq is not None:
-            subject = seq_subject or e.subject
-            last = self.store.last_seq_for_subject(subject)
-            if _parse_seq(subj_seq) != last:
-                return E.wrong_last_sequence(last)
-        elif seq_subject:
-            return E.expected_last_seq_per_subject_invalid()
-        last_seq = h.get(EXPECTED_LAST_SEQ)
-        if last_seq is not None and _parse_seq(last_seq) != self.last_seq:
-            return E.wrong_last_sequence(self.last_seq)
-        return None
-
-    def _has_interest(self, subject: str) -> bool:
-        for c in self.consumers.values():
-            filters = c.filters
-            if not filters or any(subject_matches(f, subject) for f in filters):
-                return True
-        return False
+        copy_hdr, copy_data = republished(rp, self.name, e, hdr, seq, prev)
+        publish(to, copy_hdr, copy_data)
 
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
         if msg_id and self.config.duplicate_window > 0:
-            self._dedupe[msg_id] = (seq, ts_ns)
-            self._dedupe.move_to_end(msg_id)
-
-    def _prune_dedupe(self, now_ns: int) -> None:
-        if now_ns <= self._prune_due:
-            return
-        window = self.config.duplicate_window
-        cutoff = now_ns - window
-        dd = self._dedupe
-        while dd:
-            msg_id, (_, ts) = next(iter(dd.items()))
-            if ts >= cutoff:
-                self._prune_due = ts + window
-                return
-            del dd[msg_id]
-        self._prune_due = -1
+            dd = self._dedupe.ids  # DedupeWindow.remember, without a call per message
+            dd[msg_id] = (seq, ts_ns)
+            dd.move_to_end(msg_id)
 
     # --- API operations --------------------------------------------------------------------
 
@@ -719,7 +564,7 @@ class Stream:
         old = self.config
         self.config = cfg
         self._compile_transforms()
-        self._prune_due = -1  # the window may have changed
+        self._dedupe.prune_due = -1  # the window may have changed
         if cfg.sources != old.sources:
             self.source_positions.reset()
         removed = self.store.update_limits(limits_of(cfg))
@@ -731,55 +576,15 @@ class Stream:
 
     def _apply_expire(self, now_ns: int) -> OpResult:
         marker_ttl_s = self.config.subject_delete_marker_ttl // NS_PER_S
+        max_age = self.config.max_age
         if marker_ttl_s > 0:
-            return OpResult(True, self._expire_leaving_markers(now_ns, marker_ttl_s))
-        never = self._never
-        if never:
-            first = self.store.bounds()[0]
-            never.difference_update([s for s in never if s < first])
-        removed = list(self.store.expire(now_ns, never)) if self.config.max_age > 0 else []
-        heap = self._ttl_heap
-        while heap and heap[0][0] <= now_ns:
-            _, seq = heapq.heappop(heap)
-            if self.store.remove(seq):
-                removed.append(seq)
+            gone = expire_leaving_markers(self.store, self._ttl, now_ns, max_age, marker_ttl_s,
+                                          self._tell_removed, self._stored)
+            return OpResult(True, gone)
+        removed = expire(self.store, self._ttl, now_ns, max_age)
         if removed:
             self._tell_removed(removed)
         return OpResult(True, len(removed))
-
-    def _expire_leaving_markers(self, now_ns: int, marker_ttl_s: int) -> int:
-        """Expire as ``_apply_expire`` does, but the last message of a subject leaves a
-        subject delete marker in its place (see ``markers``); returns how many went."""
-        store, heap = self.store, self._ttl_heap
-        due: set[int] = set()
-        if self.config.max_age > 0:
-            cutoff = now_ns - self.config.max_age
-            for msg in self._scan(store.bounds()[0]):
-                if msg.ts_ns > cutoff:
-                    break
-                if msg.seq not in self._never:
-                    due.add(msg.seq)
-        while heap and heap[0][0] <= now_ns:
-            due.add(heapq.heappop(heap)[1])
-        gone = 0
-        for seq in sorted(due):
-            held = store.load(seq)
-            if held is None:
-                continue
-            subject = held.subject
-            last = store.subjects_state(subject).get(subject, 0) == 1
-            if not last or is_marker(held.headers):
-                if store.remove(seq):
-                    gone += 1
-                    self._tell_removed([seq])
-                continue
-            mseq, limited = store.store(subject, marker_header(marker_ttl_s), b"", now_ns)
-            heapq.heappush(heap, (now_ns + marker_ttl_s * NS_PER_S, mseq))
-            if store.remove(seq):  # the marker's rollup of its subject
-                gone += 1
-                limited = [*limited, seq]
-            self._stored(mseq, subject, limited)
-        return gone
 
     def _apply_consumer_ack(self, seq: int) -> OpResult:
         retention = self.config.retention
@@ -805,34 +610,16 @@ class Stream:
 
     def unneeded(self, seqs: Iterable[int]) -> list[int]:
         """Of ``seqs``, those still stored that retention lets go (no consumer needs them)."""
-        retention = self.config.retention
-        if retention == "limits":
+        if self.config.retention == "limits":
             return []
-        out = []
-        for seq in seqs:
-            msg = self.store.load(seq)
-            if msg is None:
-                continue
-            if not any(c.needs_ack(seq, msg.subject) for c in self.consumers.values()):
-                out.append(seq)
-        return out
+        return unneeded(self.store, self.consumers.values(), seqs)
 
     def recheck_interest(self) -> int:
         """Interest retention: drop every message no consumer needs (after a consumer went
         away or the policy changed). Returns how many were removed."""
         if self.config.retention != "interest":
             return 0
-        removed: list[int] = []
-        first, last = self.store.bounds()
-        seq = first
-        while seq and seq <= last:
-            msg = self.store.load_next(seq)
-            if msg is None:
-                break
-            needed = any(c.needs_ack(msg.seq, msg.subject) for c in self.consumers.values())
-            if not needed and self.store.remove(msg.seq):
-                removed.append(msg.seq)
-            seq = msg.seq + 1
+        removed = remove_unneeded(self.store, self.consumers.values())
         if removed:
             self._tell_removed(removed)
         return len(removed)
@@ -845,18 +632,7 @@ class Stream:
 
     def next_expiry_ns(self) -> int | None:
         """When the next Expire entry would remove something (None: nothing to expire)."""
-        due: int | None = None
-        if self.config.max_age > 0:
-            state = self.store.state()
-            first_ts = state.first_ts_ns
-            if self._never and state.msgs:
-                first_ts = self.store.oldest_ts(self._never)
-            if state.msgs and first_ts:
-                due = first_ts + self.config.max_age
-        if self._ttl_heap:
-            ttl_due = self._ttl_heap[0][0]
-            due = ttl_due if due is None else min(due, ttl_due)
-        return due
+        return next_expiry_ns(self.store, self._ttl, self.config.max_age)
 
     # --- recovery --------------------------------------------------------------------------
 
@@ -864,12 +640,8 @@ class Stream:
         """What apply() keeps beside the store, for a replica's snapshot: the dedupe window
         ((msg id, seq, ts) oldest first), the last Nats-Msg-Id, the TTL schedule. It cannot
         be rebuilt from the store alone: messages that left the store still dedupe."""
-        dedupe = [(msg_id, seq, ts) for msg_id, (seq, ts) in self._dedupe.items()]
-        ttl = list(self._ttl_heap)
-        if self._never:
-            # TTL "never" rides in the schedule as an expiry time of -1.
-            first = self.store.bounds()[0]
-            ttl += [(NEVER, seq) for seq in sorted(self._never) if seq >= first]
+        dedupe = self._dedupe.entries()
+        ttl = self._ttl.entries(self.store.bounds()[0])
         return dedupe, self.last_msg_id, ttl
 
     def reload(
@@ -885,12 +657,9 @@ class Stream:
         self._compile_transforms()
         self.source_positions.reset()
         self.store.update_limits(limits_of(config))
-        self._dedupe = OrderedDict((msg_id, (seq, ts)) for msg_id, seq, ts in dedupe)
-        self._prune_due = -1
+        self._dedupe.load(dedupe)
         self.last_msg_id = last_msg_id
-        self._ttl_heap = [(at, seq) for at, seq in ttl if at != NEVER]
-        heapq.heapify(self._ttl_heap)
-        self._never = {seq for at, seq in ttl if at == NEVER}
+        self._ttl.load(ttl)
 
     def recover(self) -> None:
         """Rebuild what lives beside the store after a restart: the dedupe window (from the
@@ -904,36 +673,18 @@ class Stream:
         window = self.config.duplicate_window
         if window > 0 and last_msg is not None:
             start = self.store.seq_for_time(last_msg.ts_ns - window)
-            for msg in self._scan(start):
+            for msg in scan(self.store, start):
                 if msg.headers:
                     msg_id = nats_headers(msg.headers).get(MSG_ID)
                     if msg_id:
-                        self._dedupe[msg_id] = (msg.seq, msg.ts_ns)
-                        self._dedupe.move_to_end(msg_id)
+                        self._dedupe.remember(msg_id, msg.seq, msg.ts_ns)
         if self.config.allow_msg_ttl:
-            for msg in self._scan(first):
-                self._schedule_ttl(msg)
-
-    def _schedule_ttl(self, msg: StoredMsg) -> None:
-        if not msg.headers:
-            return
-        text = nats_headers(msg.headers).get(MSG_TTL)
-        if text is None:
-            return
-        try:
-            ttl_s = parse_ttl_s(text)
-        except ApiError:
-            return
-        if ttl_s > 0:
-            heapq.heappush(self._ttl_heap, (msg.ts_ns + ttl_s * NS_PER_S, msg.seq))
-        elif ttl_s < 0:
-            self._never.add(msg.seq)
+            for msg in scan(self.store, first):
+                self._ttl.add_stored(msg)
 
     def _scan(self, start_seq: int) -> Iterable[StoredMsg]:
-        seq = max(start_seq, 1)
-        while True:
-            msg = self.store.load_next(seq)
-            if msg is None:
-                return
-            yield msg
-            seq = msg.seq + 1
+        return scan(self.store, start_seq)
+
+    def beside_store_len(self) -> int:
+        """How many entries ``beside_store`` holds (dedupe window and TTL schedule)."""
+        return len(self._dedupe) + len(self._ttl)

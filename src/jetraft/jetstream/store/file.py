@@ -30,6 +30,10 @@ streams whose old revisions die all over the place.
 
 Encryption at rest: with a ``RecordCipher`` every record body is sealed (see ``_records``).
 
+Code: ``FileStore`` (here: opening, writing, syncing, checkpoints, lifecycle) stands on two
+base classes, the read path (``_block_reads.BlockReads``) and space reclaim
+(``_reclaim.FileSpace``: erase overwrites, unlinking, rewrites).
+
 Opening never deletes stream data (see ``_recovery``): a torn tail of the last block is
 truncated and reported in ``truncated``; any other bad record raises ``StoreCorruption``.
 
@@ -46,44 +50,38 @@ rotation (whose fsync makes records durable that a checkpoint may not cover yet)
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 
 from jetraft.jetstream.store import _records as rec
-from jetraft.jetstream.store._base import BaseStore
-from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles, block_name
-from jetraft.jetstream.store._compact import rewrite
+from jetraft.jetstream.store._blocks import OFF_BITS, Block, ReadFiles, block_name
 from jetraft.jetstream.store._index import SeqIndex
+from jetraft.jetstream.store._reclaim import FileSpace
 from jetraft.jetstream.store._recovery import MSGS_DIR, cut_to_checkpoint, recover
 from jetraft.jetstream.store._restore import restore_into, settle_restore
-from jetraft.jetstream.store.cipher import CipherError, RecordCipher
+from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.disk import OS_DISK, AppendFile, OsDisk, StoreDisk, remove_dir
 from jetraft.jetstream.store.types import (
     Limits,
     PlainMsg,
-    StoreClosed,
     StoreCorruption,
-    StoredMsg,
     StoreError,
     file_msg_size,
 )
 
 DEFAULT_BLOCK_SIZE = 8 << 20
-_unpack_head = rec.HEADER.unpack_from
 _pack_head = rec.HEADER.pack
 _pack_crc = rec.CRC.pack
 _OVERHEAD = rec.OVERHEAD
-_unpack_crc = rec.CRC.unpack_from
 _crc32 = zlib.crc32
-_MAGIC, _KIND_MSG, _HDR_SIZE, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.HDR_SIZE, rec.NO_HDR
+_MAGIC, _KIND_MSG, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.NO_HDR
 FLUSH_BYTES = 1 << 20  # write the buffer to the OS once it holds this much
 READ_AHEAD = 128 << 10
 
 
-class FileStore(BaseStore):
+class FileStore(FileSpace):
     """A stream store in ``directory`` (created if missing). Raises ``StoreCorruption`` when
     the directory holds damaged records, ``StoreError`` when another store has it open."""
 
@@ -116,7 +114,7 @@ class FileStore(BaseStore):
         self._disk = disk if disk is not None else OS_DISK
         self._cipher = cipher
         self._first_block = first_block
-        self._failed: BaseException | None = None
+        self._failed = None
         self.truncated: list[tuple[str, int, int]] = []
         self._checkpoints = checkpoints
         # Checkpointed stores: the last checkpoint found on open (None: none, the store
@@ -158,7 +156,7 @@ class FileStore(BaseStore):
             self.checkpointed = cut_to_checkpoint(disk, self._msgs_dir, self._cipher)
         self._ix = SeqIndex(True)
         blocks, self.truncated = recover(disk, self._msgs_dir, self._ix, self._cipher)
-        self._blocks: dict[int, Block] = {b.idx: b for b in blocks}
+        self._blocks = {b.idx: b for b in blocks}
         self._files = ReadFiles(disk)
         self._wbuf = bytearray()
         self._pending_dels: list[int] = []
@@ -172,11 +170,11 @@ class FileStore(BaseStore):
         self._unsynced = False
         self._dir_dirty = False
         self._retired: list[AppendFile] = []  # sealed blocks' writers, closed after a sync
-        self._dirty_blocks: set[int] = set()  # blocks that lost messages since the last sync
+        self._dirty_blocks = set()  # blocks that lost messages since the last sync
         # Secure erase: (block, offset, length, seq, ts) whose DEL is not durable yet / is.
-        self._erase_new: list[tuple[Block, int, int, int, int]] = []
-        self._erase_ready: list[tuple[Block, int, int, int, int]] = []
-        self._rcache: tuple[int, int, bytes] | None = None
+        self._erase_new = []
+        self._erase_ready = []
+        self._rcache = None
         self._last_end = (0, 0)
         if blocks:
             self._active = blocks[-1]
@@ -205,17 +203,6 @@ class FileStore(BaseStore):
             block.max_ref = ix.last
             self._floor_written = ix.first
             self._last_covered = max(self._last_covered, ix.last)
-
-    def _check(self) -> None:
-        if self._closed:
-            raise StoreClosed("stream store is closed")
-        if self._failed is not None:
-            raise StoreError(f"stream store {self._root} failed: {self._failed}")
-
-    def _fail(self, exc: BaseException) -> StoreError:
-        """Remember the first I/O failure: the store refuses all further work."""
-        self._failed = exc
-        return StoreError(f"stream store {self._root} failed: {exc}")
 
     # --- writing ---------------------------------------------------------------------------
 
@@ -520,255 +507,6 @@ class FileStore(BaseStore):
             and self._ix.first == self._floor_written
             and self._ix.last <= self._last_covered
         )
-
-    # --- secure erase ----------------------------------------------------------------------
-
-    def erase(self, seq: int) -> bool:
-        """Remove ``seq`` and overwrite its record on disk (after its DEL is durable)."""
-        self._check()
-        ix = self._ix
-        if not ix.is_live(seq):
-            return False
-        loc, rlen, ts = ix.file_entry(seq)
-        block = self._blocks[loc >> OFF_BITS]
-        self._remove(seq)
-        block.erasing += 1
-        self._erase_new.append((block, loc & OFF_MASK, rlen, seq, ts))
-        return True
-
-    def _overwrite_erased(self) -> list[str]:
-        """Overwrite the records whose DEL the previous sync made durable; returns the
-        sealed block files to sync (the active one is synced anyway)."""
-        paths: list[str] = []
-        for block, off, rlen, seq, ts in self._erase_ready:
-            block.erasing -= 1
-            self._disk.overwrite(block.path, off, rec.erased_record(rlen, seq, ts, self._cipher))
-            if self._rcache is not None and self._rcache[0] == block.idx:
-                self._rcache = None
-            if block is self._active:
-                self._unsynced = True
-            elif block.path not in paths:
-                paths.append(block.path)
-        self._erase_ready = []
-        return paths
-
-    # --- space -----------------------------------------------------------------------------
-
-    def _drop_front_blocks(self) -> None:
-        """Unlink sealed blocks wholly below the *durable* first sequence, and older than a
-        block whose head records are durable: a crash must find neither a FLOOR without its
-        messages gone nor a store that forgot its sequences because all blocks went."""
-        first = min(self._ix.first, self._durable_floor)
-        while len(self._blocks) > 1:
-            b = next(iter(self._blocks.values()))
-            if b is self._active or b.max_ref >= first or b.erasing or b.idx >= self._durable_head:
-                return
-            self._unlink_block(b)
-
-    def _unlink_block(self, b: Block) -> None:
-        self._files.drop(b.idx)
-        if self._rcache is not None and self._rcache[0] == b.idx:
-            self._rcache = None
-        with contextlib.suppress(FileNotFoundError):
-            self._disk.remove(b.path)
-        del self._blocks[b.idx]
-        self._dir_dirty = True
-        self._unsettle_after(b.idx)
-
-    def _compact_some(self) -> None:
-        """Rewrite the sealed blocks with the smallest live share (under half), reading at
-        most two block sizes per rotation: write amplification stays bounded. Only blocks that
-        lost nothing since the last sync (see ``_compact``); at a rotation that is every block,
-        since everything written was just made durable."""
-        cands = [
-            b
-            for b in self._blocks.values()
-            if b is not self._active
-            and b.size
-            and not b.settled
-            and not b.erasing
-            and b.idx not in self._dirty_blocks
-            and b.live_bytes * 2 < b.size
-        ]
-        cands.sort(key=lambda b: b.live_bytes / b.size)
-        budget = 2 * self._block_size
-        for b in cands:
-            if budget <= 0:
-                break
-            budget -= b.size
-            self.compact_block(b.idx)
-
-    def compact_block(self, idx: int) -> None:
-        """Rewrite sealed block ``idx`` keeping only what durably still matters (see
-        ``_compact``); unlinked when nothing does."""
-        self._check()
-        b = self._blocks[idx]
-        if b is self._active or b.erasing or b.idx in self._dirty_blocks:
-            raise StoreError("only a sealed block unchanged since the last sync can be rewritten")
-        try:
-            data = self._files.get(b).pread(0, b.size)
-        except OSError as e:
-            raise self._fail(e) from e
-        older = [a for a in self._blocks.values() if a.idx < b.idx]
-        durable_first = min(self._ix.first, self._durable_floor)
-        r = rewrite(b, data, self._ix, older, durable_first, self._cipher)
-        self._files.drop(b.idx)
-        if self._rcache is not None and self._rcache[0] == b.idx:
-            self._rcache = None
-        if not r.out:
-            self._unlink_block(b)
-            return
-        self._replace_block(b, r.out)
-        ix = self._ix
-        for seq, new_off, _ in r.moved:
-            ix.set_loc(seq, (b.idx << OFF_BITS) | new_off)
-        b.size = len(r.out)
-        b.first_msg = r.present[0] if r.present else 0
-        b.last_msg = r.present[-1] if r.present else 0
-        b.present = r.present
-        b.live = len(r.moved)
-        b.live_bytes = sum(n for _, _, n in r.moved)
-        b.max_ref = r.max_ref
-        b.has_dels = r.has_dels
-        b.settled = not (r.present and len(r.present) != len(r.moved))
-        self._unsettle_after(b.idx)
-
-    def _unsettle_after(self, idx: int) -> None:
-        """Messages left an older block: DEL records in newer blocks may have become moot."""
-        for c in self._blocks.values():
-            if c.idx > idx and c.has_dels:
-                c.settled = False
-
-    def _replace_block(self, b: Block, data: bytearray) -> None:
-        try:
-            self._disk.write_atomic(b.path, bytes(data))
-        except OSError as e:
-            raise self._fail(e) from e
-
-    # --- reading ---------------------------------------------------------------------------
-
-    def _fetch(self, bidx: int, off: int, rlen: int) -> bytes | memoryview:
-        active = self._active
-        if bidx == active.idx and off >= active.size:
-            start = off - active.size
-            return bytes(self._wbuf[start : start + rlen])
-        c = self._rcache
-        end = off + rlen
-        if c is not None and c[0] == bidx and c[1] <= off and end <= c[1] + len(c[2]):
-            self._last_end = (bidx, end)
-            return memoryview(c[2])[off - c[1] : end - c[1]]
-        block = self._blocks[bidx]
-        # Read ahead when this read starts at or shortly after the previous one (a scan,
-        # filtered or not); random access (KV gets) reads just the record.
-        last_bidx, last_end = self._last_end
-        forward = last_bidx == bidx and 0 <= off - last_end < self._read_ahead
-        want = max(rlen, self._read_ahead) if forward else rlen
-        try:
-            data = self._files.get(block).pread(off, want)
-        except OSError as e:
-            raise StoreError(f"reading {block.path}: {e}") from e
-        if len(data) < rlen:
-            raise StoreCorruption(block.path, off, "record missing from the block file")
-        self._last_end = (bidx, end)
-        if want == rlen:
-            return data
-        self._rcache = (bidx, off, data)
-        return memoryview(data)[:rlen]
-
-    def _record(
-        self, seq: int, loc: int, rlen: int
-    ) -> tuple[bytes | memoryview, int, int, int]:
-        """The verified MSG record of live ``seq`` at ``loc``: (record, ts, subject len,
-        header len)."""
-        bidx, off = loc >> OFF_BITS, loc & OFF_MASK
-        raw = self._fetch(bidx, off, rlen)
-        magic, rec_len, kind, _, slen, rseq, ts, hlen = _unpack_head(raw, 0)
-        if (
-            magic != _MAGIC
-            or rec_len != rlen
-            or kind != _KIND_MSG
-            or rseq != seq
-            or _crc32(raw[: rlen - 4]) != _unpack_crc(raw, rlen - 4)[0]
-        ):
-            raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
-        return raw, ts, slen, hlen
-
-    def load(self, seq: int) -> StoredMsg | None:
-        # The consumers' hot path: one index lookup, no separate liveness check.
-        if self._closed or self._failed is not None:
-            self._check()
-        found = self._ix.locate(seq)
-        if found is None:
-            return None
-        loc, rlen, sid = found
-        c = self._rcache
-        if c is not None and self._cipher is None:
-            # A record inside the read-ahead buffer (a consumer reading in sequence), what
-            # ``_read_at`` does with no memoryview and no call per layer: a third of a
-            # delivery's store work in the pure build.
-            bidx, off = loc >> OFF_BITS, loc & OFF_MASK
-            o = off - c[1]
-            buf = c[2]
-            active = self._active
-            if (
-                c[0] == bidx
-                and o >= 0
-                and o + rlen <= len(buf)
-                and (bidx != active.idx or off < active.size)
-            ):
-                self._last_end = (bidx, off + rlen)
-                magic, rec_len, kind, _, slen, rseq, ts, hlen = _unpack_head(buf, o)
-                e = o + rlen - 4
-                if (
-                    magic != _MAGIC
-                    or rec_len != rlen
-                    or kind != _KIND_MSG
-                    or rseq != seq
-                    or _crc32(buf[o:e]) != _unpack_crc(buf, e)[0]
-                ):
-                    raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
-                name = self._ix.names[sid]
-                assert name is not None
-                p = o + _HDR_SIZE + slen
-                if hlen == _NO_HDR:
-                    return StoredMsg(seq, name, None, buf[p:e], ts)
-                return StoredMsg(seq, name, buf[p : p + hlen] or None, buf[p + hlen : e], ts)
-        return self._read_at(seq, loc, rlen, sid)
-
-    def _read(self, seq: int) -> StoredMsg:
-        found = self._ix.locate(seq)
-        assert found is not None
-        return self._read_at(seq, *found)
-
-    def _read_at(self, seq: int, loc: int, rlen: int, sid: int) -> StoredMsg:
-        raw, ts, slen, hlen = self._record(seq, loc, rlen)
-        name = self._ix.names[sid]
-        assert name is not None
-        if self._cipher is not None:
-            try:
-                body = rec.plain_body(raw, 0, len(raw), self._cipher)
-            except CipherError as e:
-                path = self._blocks[loc >> OFF_BITS].path
-                raise StoreCorruption(path, loc & OFF_MASK, str(e)) from None
-            _, hdrs, data = rec.msg_fields(body, slen, hlen)
-            return StoredMsg(seq, name, hdrs, data, ts)
-        p = _HDR_SIZE + slen
-        headers: bytes | None = None
-        if hlen != _NO_HDR:
-            headers = bytes(raw[p : p + hlen]) or None
-            p += hlen
-        return StoredMsg(seq, name, headers, bytes(raw[p : rlen - 4]), ts)
-
-    def _raw_record(self, seq: int) -> bytes:
-        found = self._ix.locate(seq)
-        assert found is not None
-        raw = self._record(seq, found[0], found[1])[0]
-        if self._cipher is None:
-            return bytes(raw)
-        try:
-            return rec.plain_record(raw, 0, len(raw), self._cipher)
-        except CipherError as e:
-            raise StoreCorruption(self._root, 0, f"record of seq {seq}: {e}") from None
 
     # --- lifecycle -------------------------------------------------------------------------
 

@@ -231,7 +231,7 @@ class FileStreamReplica(StreamReplica):
         # The checkpoint's encoding grows with the state beside the store: space them so
         # that its cost per message stays bounded.
         stream = self.stream
-        return max(CKPT_MSGS, len(stream._dedupe) + len(stream._ttl_heap) + len(stream._never))
+        return max(CKPT_MSGS, stream.beside_store_len())
 
     def _pace_snapshots(self) -> None:
         """Compact the log as soon as a checkpoint is durable (a marker, no copy of the
