@@ -10,6 +10,7 @@ config and the store and change nothing; ``stream.py`` applies what they decide.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.errors import ApiError
@@ -40,6 +41,32 @@ def lone_msg_id(hdr: bytes) -> str | None:
     if hdr.startswith(LONE_MSG_ID) and hdr.find(b"\r\n", _LONE_AT) == len(hdr) - 4:
         return hdr[_LONE_AT:-4].strip().decode("utf-8", "replace")
     return None
+
+
+_BLANKS: Final = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
+
+
+def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
+    """``lone_msg_id(body[:hdr_len])`` without slicing the header block off first (the
+    publish path has the header block and the payload as one body), and without a method
+    call in the usual case (``Nats-Msg-Id: <id>``): the compiled build indexes, slices and
+    tests membership directly, a method such as ``find`` or ``strip`` is a generic call."""
+    end = hdr_len - 4
+    if end < _LONE_AT or not body.startswith(LONE_MSG_ID):
+        return None
+    # The first CRLF after the name ends the block's only line, right before the closing
+    # CRLF: one at ``end`` (a CRLF cannot start at end - 1, body[end] being CR) and none
+    # inside the value.
+    if body[end] != 13 or body[end + 1] != 10:
+        return None
+    raw = body[_LONE_AT:end]
+    if b"\r\n" in raw:
+        return None
+    if raw[:1] == b" ":
+        raw = raw[1:]
+    if raw and (raw[0] in _BLANKS or raw[-1] in _BLANKS):
+        raw = raw.strip()
+    return raw.decode("utf-8", "replace")
 
 
 def nats_headers(hdr: bytes) -> dict[str, str]:

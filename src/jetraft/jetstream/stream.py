@@ -70,6 +70,7 @@ from jetraft.jetstream.publish_headers import (
     ROLLUP,
     check_headers,
     lone_msg_id,
+    lone_msg_id_in,
     nats_headers,
     parse_ttl_s,
 )
@@ -81,6 +82,7 @@ from jetraft.jetstream.retention import (
     unneeded,
 )
 from jetraft.jetstream.sourcing import SourcePositions, source_position
+from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.transform import SubjectTransform as Transform
@@ -115,6 +117,7 @@ __all__ = [
     "decode_log_entry",
     "encode_entry",
     "lone_msg_id",
+    "lone_msg_id_in",
     "nats_headers",
     "parse_ttl_s",
 ]
@@ -420,9 +423,16 @@ class Stream:
         if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
             return None
         store = self.store
-        if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-            return None
-        seq, removed = store.store(subject, hdr, data, ts_ns)
+        if isinstance(store, BaseStore):
+            # The stores of this package: a direct call in the compiled build (through the
+            # StreamStore protocol it is a generic Python call, with its arguments boxed).
+            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+                return None
+            seq, removed = store.store(subject, hdr, data, ts_ns)
+        else:
+            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
+                return None
+            seq, removed = store.store(subject, hdr, data, ts_ns)
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
             dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it

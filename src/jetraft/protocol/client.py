@@ -296,6 +296,11 @@ class ClientParser:
         "_paused",
         "_pending",
         "_pub_cache",
+        "_stem",
+        "_stem_hdr",
+        "_stem_reply",
+        "_stem_subject",
+        "_stem_tail_at",
     )
 
     def __init__(
@@ -319,6 +324,15 @@ class ClientParser:
         # One str object per subject or reply among the cached lines: publishes on one subject
         # with different sizes then share it, and the router can compare them by identity.
         self._names: dict[str, str] = {}
+        # The start of the last PUB/HPUB line whose reply subject ends in a token after a
+        # dot, up to that dot (b"HPUB orders _INBOX.abc."): JetStream publishers send one
+        # reply subject per message under one inbox, so nearly every line differs from the
+        # one before only after this stem and misses the line cache (``_stem_pub``).
+        self._stem = b""
+        self._stem_hdr = False
+        self._stem_subject = ""
+        self._stem_reply = ""
+        self._stem_tail_at = 0
 
     @property
     def paused(self) -> bool:
@@ -329,6 +343,7 @@ class ClientParser:
         self._headers_ok = False
         self._pub_cache.clear()  # cached HPUB lines must be parsed (and refused) again
         self._names.clear()
+        self._stem = b""
 
     def resume(self) -> None:
         """Continue after ``on_connect`` paused: parse what was buffered meanwhile."""
@@ -389,6 +404,8 @@ class ClientParser:
             line = data[pos:end]
             pos = eol + 1
             parsed = cache.get(line)
+            if parsed is None and self._stem and line.startswith(self._stem):
+                parsed = self._stem_pub(line)
             if parsed is None:
                 op = line[:4].upper()
                 if op == b"PUB " or op == b"PUB\t" or (
@@ -471,8 +488,56 @@ class ClientParser:
         subject = names.setdefault(subject, subject)
         if reply is not None:
             reply = names.setdefault(reply, reply)
+            self._note_stem(line, subject, reply, with_headers)
         parsed = cache[line] = (subject, reply, total, hdr_len, tail)
         return parsed
+
+    def _note_stem(self, line: bytes, subject: str, reply: str, with_headers: bool) -> None:
+        """Remember the stem of a line just parsed (see ``_stem``), when it has one and the
+        line is written the usual way up to its end."""
+        dot = reply.rfind(".")
+        if dot < 0 or not reply.isascii() or not subject.isascii():
+            return
+        op = b"HPUB " if with_headers else b"PUB "
+        stem = op + subject.encode() + b" " + reply[: dot + 1].encode()
+        if not line.startswith(stem):
+            return  # tabs or extra spaces: such a client gets the general parse
+        self._stem = stem
+        self._stem_hdr = with_headers
+        self._stem_subject = subject
+        self._stem_reply = reply[: dot + 1]
+        self._stem_tail_at = len(op) + len(subject)
+
+    def _stem_pub(self, line: bytes) -> PubLine | None:
+        """The parse of a line that starts with ``_stem`` and goes on with the last token of
+        the reply and the sizes, each after one space, the sizes without leading zeros: what
+        ``_parse_pub`` would return (subject and reply prefix shared), without splitting the
+        whole line or caching it. None for anything else (the general parse decides)."""
+        rest = line[len(self._stem) :]
+        if 9 in rest or 13 in rest:
+            return None
+        parts = rest.split(b" ")
+        hdr_len = -1
+        if self._stem_hdr:
+            if len(parts) != 3:
+                return None
+            tok, hdr_tok, size_tok = parts[0], parts[1], parts[2]
+            if not hdr_tok.isdigit() or hdr_tok[0] == 48:  # "0": no header block; "05"
+                return None
+            hdr_len = int(hdr_tok)
+        else:
+            if len(parts) != 2:
+                return None
+            tok, size_tok = parts[0], parts[1]
+        if not tok or not tok.isascii() or not size_tok.isdigit():
+            return None
+        if size_tok[0] == 48 and len(size_tok) > 1:
+            return None
+        total = int(size_tok)
+        if hdr_len > total or total > self._max_payload:
+            return None
+        reply = self._stem_reply + tok.decode()
+        return self._stem_subject, reply, total, hdr_len, line[self._stem_tail_at :] + b"\r\n"
 
     def _finish_body(self, data: bytes, pos: int) -> int:
         """Take the rest of a pending publish from ``data[pos:]``: the position after it, or

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import nats.errors
 from nats.aio.subscription import Subscription
 
+from jetraft.spark._publoops import Item, hpub_frames, take_acks
 from jetraft.spark.bulkparse import Frame
 from jetraft.spark.loop import JetClient
 
@@ -34,7 +35,7 @@ class PublishError(RuntimeError):
 
 
 # What a retry needs: (subject, header block, payload, attempts, ack deadline).
-_Item = tuple[bytes, bytes, bytes, int, float]
+_Item = Item
 
 
 @dataclass(slots=True)
@@ -153,30 +154,13 @@ class Publisher:
         """HPUB frames for messages ``lo`` up to ``hi`` (excluded), stopping once ``budget``
         bytes are taken (always at least one message), each registered in flight under a
         fresh token. Returns (frames, message count, header and payload bytes)."""
-        parts: list[bytes] = []
-        append = parts.append
-        inflight = self._inflight
-        prefix = self._reply_prefix
         deadline = time.monotonic() + self.ack_timeout_s
-        token = self._counter
-        size = 0
-        i = lo
-        while i < hi:
-            subject, hdr, data = subjects[i], headers[i], payloads[i]
-            i += 1
-            token += 1
-            hlen = len(hdr)
-            total = hlen + len(data)
-            append(b"HPUB %s %s%d %d %d\r\n" % (subject, prefix, token, hlen, total))
-            append(hdr)
-            append(data)
-            append(b"\r\n")
-            inflight[token] = (subject, hdr, data, 1, deadline)
-            size += total
-            if size >= budget:
-                break
-        self._counter = token
-        return b"".join(parts), i - lo, size
+        frames, k, size = hpub_frames(
+            subjects, headers, payloads, lo, hi, budget, self._reply_prefix, self._counter,
+            deadline, self._inflight,
+        )
+        self._counter += k
+        return frames, k, size
 
     async def _write(self, frames: bytes) -> None:
         try:
@@ -209,27 +193,17 @@ class Publisher:
 
     def _on_acks(self, frames: list[Frame]) -> None:
         """PubAcks (or statuses) for a run of attempts; runs on the loop, never blocks."""
-        inflight = self._inflight
-        skip = self._skip
+        got = take_acks(frames, self._inflight, self._skip)
         stats = self.stats
-        done = size = 0
-        for subject, _reply, hdr, data in frames:
-            try:
-                item = inflight.pop(int(subject[skip:]))
-            except (KeyError, ValueError):
-                continue  # an ack for an attempt already retried under another token
+        stats.acked += got.acked
+        stats.duplicates += got.duplicates
+        done, size = got.done, got.size
+        for item, hdr, data in got.others:
             if not data:
                 # A bare status: 503 no responders, the stream (or its leader) is not there.
                 code = hdr[9:12].decode(errors="replace") if hdr[8:9] == b" " else "?"
                 self._retry(item, f"status {code} on {item[0].decode()}")
-            elif b'"error"' in data or data[:1] != b"{":
-                if self._slow_ack(item, data):
-                    done += 1
-                    size += len(item[1]) + len(item[2])
-            else:
-                stats.acked += 1
-                if b'"duplicate":true' in data:
-                    stats.duplicates += 1
+            elif self._slow_ack(item, data):
                 done += 1
                 size += len(item[1]) + len(item[2])
         if done:

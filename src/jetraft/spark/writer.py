@@ -39,6 +39,7 @@ except ImportError:  # pragma: no cover - PySpark 4.0
     HAS_STREAM_ARROW = False
 
 from jetraft.spark import commits, loop
+from jetraft.spark._publoops import as_bytes, id_headers, payload_list
 from jetraft.spark.codec import encode_header_block, row_msg_id, source_msg_id
 from jetraft.spark.options import OptionError, WriteOptions
 from jetraft.spark.publish import Publisher
@@ -74,16 +75,6 @@ def check_reachable(opts: WriteOptions) -> None:
     """Connect from the driver once, so a wrong URL or credential fails the write before any
     task runs (the tasks would each fail the same way, after Spark's retries)."""
     loop.run_sync(lambda: loop.connection(opts.conn))
-
-
-def _as_bytes(value: Any) -> bytes:
-    if value is None:
-        return b""
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return str(value).encode()
 
 
 def _header_items(value: Any) -> list[tuple[str, str]]:
@@ -157,7 +148,7 @@ class _Encoder:
                     raise ValueError(
                         f"row {first + i} of partition {self.partition} has no subject"
                     )
-                subject = cache[value] = _as_bytes(value)
+                subject = cache[value] = as_bytes(value)
             out.append(subject)
         return out
 
@@ -166,11 +157,7 @@ class _Encoder:
         user = cols.get("headers")
         extra = self._extra
         if ids is None and user is None:
-            prefix = self._row_prefix
-            return [
-                b"NATS/1.0\r\nNats-Msg-Id: %s%d\r\n%s\r\n" % (prefix, first + i, extra)
-                for i in range(n)
-            ]
+            return id_headers(self._row_prefix, first, n, extra)
         out: list[bytes] = []
         for i in range(n):
             msg_id = (
@@ -195,7 +182,7 @@ class _Encoder:
     ) -> tuple[list[bytes], list[bytes], list[bytes]]:
         """(subjects, header blocks, payloads) for rows ``first .. first + n - 1``."""
         data = cols.get("data")
-        payloads = [b""] * n if data is None else [_as_bytes(v) for v in data]
+        payloads = [b""] * n if data is None else payload_list(data)
         return self.subjects(cols, first, n), self.headers(cols, first, n), payloads
 
 

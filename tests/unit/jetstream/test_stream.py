@@ -27,6 +27,8 @@ from jetraft.jetstream.stream import (
     UpdateConfig,
     decode_entry,
     encode_entry,
+    lone_msg_id,
+    lone_msg_id_in,
     nats_headers,
     parse_ttl_s,
 )
@@ -544,6 +546,34 @@ def test_nats_headers_lone_msg_id_shortcut_agrees_with_the_general_parse(block: 
         if sep and key.startswith("nats-") and key not in want:
             want[key] = value.strip().decode()
     assert nats_headers(block) == want
+
+
+_BLOCK_PARTS = [
+    b"NATS/1.0", b"\r\n", b"Nats-Msg-Id:", b" ", b"abc", b"\xc3", b"Foo: y", b"\r", b"\t", b"\x0c"
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    parts=st.lists(st.sampled_from(_BLOCK_PARTS), max_size=9),
+    payload=st.sampled_from([b"", b"\r\n", b"x\r\n\r\n", b"Nats-Msg-Id: z\r\n\r\n"]),
+    cut=st.integers(-3, 3),
+)
+@example(parts=[b"Nats-Msg-Id:", b" ", b"abc"], payload=b"x\r\n\r\n", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b"\xc3"], payload=b"", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b"abc"], payload=b"Nats-Msg-Id: z\r\n\r\n", cut=-2)
+@example(parts=[b"Nats-Msg-Id:", b" ", b" ", b"abc", b"\t"], payload=b"", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b" "], payload=b"", cut=0)
+@example(parts=[b"Nats-Msg-Id:", b"\r", b"abc"], payload=b"", cut=0)
+def test_lone_msg_id_in_a_body_is_that_of_its_header_block(
+    parts: list[bytes], payload: bytes, cut: int
+) -> None:
+    """The publish path reads the id from the body (header block and payload as one), with
+    the header length the HPUB line gave, which may be anything up to the body's length."""
+    block = b"NATS/1.0\r\n" + b"".join(parts) + b"\r\n\r\n"
+    body = block + payload
+    hdr_len = max(0, min(len(body), len(block) + cut))
+    assert lone_msg_id_in(body, hdr_len) == lone_msg_id(body[:hdr_len])
 
 
 # --- store_with_id: the lone Nats-Msg-Id fast path decides as apply() does ------------------

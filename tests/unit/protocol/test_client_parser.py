@@ -332,3 +332,77 @@ def test_vertical_tab_and_form_feed_stay_inside_sub_and_unsub_tokens() -> None:
         Sub("c\x0cd", "q", "2"),
         Unsub("1\x0bx", None),
     ]
+
+
+class _Pubs(_Lines):
+    """Parsed PUB lines with their bodies, in order."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.got: list[tuple[tuple[str, str | None, int, int, bytes], bytes]] = []
+
+    def on_pubs(self, batch: PubBatch) -> None:
+        self.got.extend(batch.messages())
+
+
+@st.composite
+def reply_publishes(draw: st.DrawFn) -> list[bytes]:
+    """PUB and HPUB frames as JetStream publishers send them (a reply subject of their own
+    under an inbox), mixed with lines that only look alike: other spacing, tabs, leading
+    zeros, an empty header block, non-ASCII names, dots in the last token."""
+    frames = []
+    for _ in range(draw(st.integers(1, 25))):
+        subject = draw(st.sampled_from([b"a", b"b.c", b"\xc3\xa9", b"a\x0bb"]))
+        inbox = draw(
+            st.sampled_from([b"_INBOX.x.", b"_INBOX.y.", b"", b"_INBOX.x.1.", b"r\xc3\xa9."])
+        )
+        token = draw(st.sampled_from([b"1", b"22", b"333", b"z.9", b"\xc3\xa9", b"7\x0bq"]))
+        sep = draw(st.sampled_from([b" ", b" ", b" ", b"  ", b"\t"]))
+        payload = draw(st.sampled_from([b"", b"x", b"PUB a 1\r\n", b"\r\nHPUB a 1 1\r\n"]))
+        zero = draw(st.sampled_from([b"", b"", b"0"]))
+        if draw(st.booleans()):
+            hdr = draw(
+                st.sampled_from([b"NATS/1.0\r\n\r\n", b"NATS/1.0\r\nNats-Msg-Id: 1\r\n\r\n", b""])
+            )
+            head = b"HPUB %s %s%s%s%s%d %s%d" % (
+                subject, inbox, token, sep, zero, len(hdr), zero, len(hdr) + len(payload)
+            )
+            frames.append(head + b"\r\n" + hdr + payload + b"\r\n")
+        else:
+            head = b"PUB %s %s%s%s%s%d" % (subject, inbox, token, sep, zero, len(payload))
+            frames.append(head + b"\r\n" + payload + b"\r\n")
+    return frames
+
+
+@settings(max_examples=300, deadline=None)
+@given(reply_publishes(), st.lists(st.integers(0, 2000), max_size=4))
+def test_publishes_under_one_inbox_parse_as_each_line_alone(
+    frames: list[bytes], cuts: list[int]
+) -> None:
+    """A line that differs from the one before only in the reply's last token and the sizes
+    takes a shorter parse (``_stem_pub``); it gives what the same line gives to a parser
+    that never saw another (subject, reply, sizes, the subscriber's MSG tail, the body), at
+    any split of the input."""
+    expected = []
+    for frame in frames:
+        alone = _Pubs()
+        ClientParser(alone).feed(frame)
+        expected.extend(alone.got)
+    data = b"".join(frames)
+    points = sorted({min(c, len(data)) for c in cuts})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
+    together = _Pubs()
+    parser = ClientParser(together)
+    for chunk in chunks:
+        parser.feed(chunk)
+    assert together.got == expected
+
+
+def test_a_stem_does_not_outlive_refused_headers() -> None:
+    sink = _Pubs()
+    parser = ClientParser(sink)
+    parser.feed(b"HPUB s _INBOX.x.1 12 12\r\nNATS/1.0\r\n\r\n\r\n")
+    parser.refuse_headers()
+    with pytest.raises(ProtocolError):
+        parser.feed(b"HPUB s _INBOX.x.2 12 12\r\nNATS/1.0\r\n\r\n\r\n")
+    assert [line[1] for line, _ in sink.got] == ["_INBOX.x.1"]

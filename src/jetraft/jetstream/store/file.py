@@ -68,7 +68,6 @@ from jetraft.jetstream.store.types import (
     PlainMsg,
     StoreCorruption,
     StoreError,
-    file_msg_size,
 )
 
 DEFAULT_BLOCK_SIZE = 8 << 20
@@ -86,7 +85,10 @@ class FileStore(FileSpace):
     the directory holds damaged records, ``StoreError`` when another store has it open."""
 
     def _size_of(self, subject: str, headers: bytes | None, data: bytes) -> int:
-        return file_msg_size(subject, headers, data)
+        # file_msg_size, written out: types.py is not compiled, and this runs per message.
+        if headers:
+            return 34 + len(subject) + len(headers) + len(data)
+        return 30 + len(subject) + len(data)
 
     def __init__(
         self,
@@ -159,6 +161,10 @@ class FileStore(FileSpace):
         self._blocks = {b.idx: b for b in blocks}
         self._files = ReadFiles(disk)
         self._wbuf = bytearray()
+        # The last subject written and its UTF-8 bytes: publishers mostly repeat a subject
+        # (the same str object, from the parser's cache), so it is encoded once.
+        self._subj_str = ""
+        self._subj_bytes = b""
         self._pending_dels: list[int] = []
         self._floor_written = self._ix.first
         # What the last finished sync made durable, and what the running one will: the FLOOR
@@ -223,16 +229,21 @@ class FileStore(FileSpace):
             off = active.size + len(buf)
         if self._cipher is None:
             # rec.append_msg's common cases, inline (this runs once per published message).
-            bsubj = subject.encode()
+            if subject is self._subj_str:
+                bsubj = self._subj_bytes
+            else:
+                bsubj = subject.encode()
+                self._subj_str = subject
+                self._subj_bytes = bsubj
             if headers is None:
                 rlen = _OVERHEAD + len(bsubj) + len(data)
-                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-                body += bsubj + data
+                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+                body = b"".join((head, bsubj, data))  # one copy (+ made one per operand)
             else:  # never empty here (the store turns b"" into None)
                 hlen = len(headers)
                 rlen = _OVERHEAD + len(bsubj) + hlen + len(data)
-                body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
-                body += bsubj + headers + data
+                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
+                body = b"".join((head, bsubj, headers, data))
             buf += body
             buf += _pack_crc(_crc32(body))
         else:
@@ -328,8 +339,8 @@ class FileStore(FileSpace):
             data = m.data
             ts = m.ts_ns
             rlen = _OVERHEAD + len(bsubj) + len(data)
-            body = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-            body += bsubj + data
+            head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
+            body = b"".join((head, bsubj, data))
             buf += body
             buf += _pack_crc(_crc32(body))
             # file_msg_size(subject, None, data)

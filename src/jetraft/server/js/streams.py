@@ -37,7 +37,6 @@ from jetraft.jetstream.consumer_config import StreamFacts
 from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.types import StoreError, StreamStore
 from jetraft.jetstream.stream import (
-    LONE_MSG_ID,
     ConsumerAck,
     Entry,
     Expire,
@@ -46,7 +45,7 @@ from jetraft.jetstream.stream import (
     RetentionConsumer,
     StoreMsg,
     Stream,
-    lone_msg_id,
+    lone_msg_id_in,
 )
 from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import Account
@@ -303,42 +302,46 @@ class StreamRuntime:
             return 0
         lines, starts, bodies = batch.lines, batch.starts, batch.bodies
         stream = self.stream
-        apply = stream.apply
         batched = self._persisted and not stream.config.no_ack
-        by_id = stream.store_with_id if batched and stream.takes_lone_ids() else None
+        by_id = batched and stream.takes_lone_ids()
         head = self._ack_head()
-        clock = now_ns
+        # The lone-id path calls by name, not through local aliases: the compiled build
+        # calls directly then (an alias is a generic call with boxed arguments). ``apply``
+        # stays looked up as an attribute, once per call: fault-injection tests replace it.
+        apply = stream.apply
         try:
             for r in range(first, stop):
                 subject, reply, _total, hdr_len, _tail = lines[r]
                 for i in range(starts[r], starts[r + 1]):
                     body = bodies[i]
-                    if by_id is not None and hdr_len > 0 and body.startswith(LONE_MSG_ID):
-                        hdr = body[:hdr_len]
-                        msg_id = lone_msg_id(hdr)
-                        got = None
+                    if by_id and hdr_len > 0:
+                        msg_id = lone_msg_id_in(body, hdr_len)
                         if msg_id is not None:
                             try:
-                                got = by_id(subject, hdr, body[hdr_len:], msg_id, clock())
+                                got = stream.store_with_id(
+                                    subject, body[:hdr_len], body[hdr_len:], msg_id, now_ns()
+                                )
                             except Exception as exc:
                                 self._answer_one(reply, self._refused(subject, reply, exc))
                                 continue
-                        if got is not None:
-                            if reply:
-                                seq, dup = got
-                                self._queue_ack(
-                                    reply,
-                                    PubAck(reply, self.name, seq, dup, None, stream.domain).body()
-                                    if dup or head is None
-                                    else b"%s%d}" % (head, seq),
-                                )
-                            continue
+                            if got is not None:
+                                if reply:
+                                    seq, dup = got
+                                    self._queue_ack(
+                                        reply,
+                                        PubAck(
+                                            reply, self.name, seq, dup, None, stream.domain
+                                        ).body()
+                                        if dup or head is None
+                                        else b"%s%d}" % (head, seq),
+                                    )
+                                continue
                     try:
                         if hdr_len < 0:
-                            result = apply(StoreMsg(subject, reply or "", None, body, clock()))
+                            result = apply(StoreMsg(subject, reply or "", None, body, now_ns()))
                         else:
                             hdr, data = body[:hdr_len], body[hdr_len:]
-                            result = apply(StoreMsg(subject, reply or "", hdr, data, clock()))
+                            result = apply(StoreMsg(subject, reply or "", hdr, data, now_ns()))
                     except Exception as exc:
                         result = self._refused(subject, reply, exc)
                     if not (reply and batched and isinstance(result, PubAck)):
