@@ -26,7 +26,8 @@ from setuptools import setup
 # connection's delivery and write buffering (core publish/subscribe); the stream state
 # machine, the file and memory stores, the consumer core and the server's JetStream intake,
 # commit and delivery glue (JetStream publish and consume); the Spark sink's per-message
-# loops (spark/_publoops.py: a Spark worker's write). Each must compile under mypyc
+# loops (spark/_publoops.py: a Spark worker's write) and the Spark connector's loops over
+# received frames (spark/_frames.py: a Spark worker's read). Each must compile under mypyc
 # without changing behaviour (docs/architecture.md, "The compiled build", lists what that
 # rules out: msgspec Structs stay in modules not listed here, such as jetstream/entries.py).
 MYPYC_MODULES = [
@@ -66,6 +67,7 @@ MYPYC_MODULES = [
     "src/jetraft/server/js/replies.py",
     "src/jetraft/server/core/internal.py",
     "src/jetraft/spark/_publoops.py",
+    "src/jetraft/spark/_frames.py",
 ]
 
 

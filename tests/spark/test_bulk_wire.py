@@ -4,6 +4,7 @@ direct-get and pull-consumer collectors, and the publisher's PubAck handling."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -163,6 +164,71 @@ def test_malformed_input_is_a_protocol_error(line: bytes) -> None:
     parser, _ = _parser()
     with pytest.raises(ProtocolError):
         run(lambda: parser.parse(line))
+
+
+def test_frames_before_a_malformed_line_are_handed_on_first() -> None:
+    parser, nc = _parser()
+    wire = _msg("a", 7, b"kept") + b"PING\r\n" + _msg("b", 7, b"too") + b"MSG x y z\r\n"
+    with pytest.raises(ProtocolError):
+        run(lambda: parser.parse(wire))
+    assert nc.calls == [
+        ("bulk", [(b"a", b"", b"", b"kept")]),
+        ("ping",),
+        ("bulk", [(b"b", b"", b"", b"too")]),
+    ]
+
+
+_ITEM = st.one_of(
+    st.tuples(
+        st.sampled_from([3, 7, 8]),  # 7 and 8 have bulk sinks, 3 goes to nats-py
+        st.sampled_from(["a", "b.c", "_INBOX.x.1"]),
+        st.binary(max_size=40),
+        st.sampled_from(["", "r.1"]),
+        st.sampled_from([b"", HDR, b"NATS/1.0 204 EOB\r\n\r\n"]),
+    ),
+    st.sampled_from([b"PING\r\n", b"PONG\r\n", b"+OK\r\n"]),
+)
+
+
+@given(items=st.lists(_ITEM, max_size=12), cuts=st.lists(st.integers(0, 2000), max_size=6))
+def test_parser_hands_on_any_wire_in_order(items: list[Any], cuts: list[int]) -> None:
+    """Any mix of messages for bulk sinks and for nats-py and control lines, read in any
+    pieces: each bulk sink gets its frames and nats-py everything else, all in wire order."""
+    nc = FakeNc()
+    parser = BulkParser(nc)
+    for sid in (7, 8):
+        parser.sinks[sid] = lambda frames, sid=sid: nc.calls.append(("bulk", sid, list(frames)))
+    wire = b""
+    want: list[tuple[Any, ...]] = []
+    for item in items:
+        if isinstance(item, bytes):
+            wire += item
+            want.append(("ping",) if item == b"PING\r\n" else ("pong",))
+            if item == b"+OK\r\n":
+                want.pop()
+            continue
+        sid, subject, data, reply, hdr = item
+        wire += _msg(subject, sid, data, reply=reply, hdr=hdr)
+        if sid == 3:
+            want.append(("msg", 3, subject.encode(), reply.encode(), data, hdr or None))
+        elif want and want[-1][:2] == ("bulk", sid):
+            want[-1][2].append((subject.encode(), reply.encode(), hdr, data))
+        else:
+            want.append(("bulk", sid, [(subject.encode(), reply.encode(), hdr, data)]))
+    bounds = sorted({min(c, len(wire)) for c in cuts} | {0, len(wire)})
+
+    async def feed() -> None:
+        for lo, hi in itertools.pairwise(bounds):
+            await parser.parse(wire[lo:hi])
+
+    run(feed)
+    got: list[tuple[Any, ...]] = []
+    for call in nc.calls:  # where a read ends may split a run, nothing else may
+        if call[0] == "bulk" and got and got[-1][:2] == call[:2]:
+            got[-1] = ("bulk", call[1], got[-1][2] + call[2])
+        else:
+            got.append(call)
+    assert got == want
 
 
 # -- direct get collector -------------------------------------------------------------------

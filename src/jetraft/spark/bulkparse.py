@@ -18,18 +18,17 @@ from collections.abc import Callable
 from typing import Any
 
 from nats.errors import ProtocolError
-from nats.protocol.parser import MAX_CONTROL_LINE_SIZE, Parser
+from nats.protocol.parser import Parser
+
+from jetraft.spark._frames import BAD, CONTROL, END, cut
+from jetraft.spark._frames import Frame as Frame
 
 log = logging.getLogger("jetraft.spark")
 
-# (subject, reply or b"", header block or b"", payload), as they came on the wire.
-Frame = tuple[bytes, bytes, bytes, bytes]
 # Called on the event loop with a run of consecutive frames for one subscription; must not
 # block and should not raise (an error is logged and the run dropped: the read loop must live).
 BulkSink = Callable[[list[Frame]], None]
 
-_CRLF = b"\r\n"
-_M, _H = ord("M"), ord("H")
 
 
 class BulkParser(Parser):  # type: ignore[misc, unused-ignore]
@@ -69,62 +68,27 @@ class BulkParser(Parser):  # type: ignore[misc, unused-ignore]
 
     async def _consume(self, buf: bytes) -> int:
         """Handle every complete item of ``buf``; returns where the incomplete rest starts."""
-        n = len(buf)
         pos = 0
         sinks = self.sinks
-        run: list[Frame] = []
-        run_sink: BulkSink | None = None
         self._need = 0
-        try:
-            while pos < n:
-                eol = buf.find(_CRLF, pos)
-                if eol < 0:
-                    if n - pos > MAX_CONTROL_LINE_SIZE:
-                        raise ProtocolError("nats: control line too long")
-                    break
-                op = buf[pos]
-                if op != _M and op != _H:
-                    if run_sink is not None:
-                        _deliver(run_sink, run)
-                        run, run_sink = [], None
-                    await self._control(buf[pos:eol])
-                    pos = eol + 2
-                    continue
-                args = buf[pos:eol].split()
-                if len(args) == 5 and op == _H:
-                    # HMSG subject sid hdr_len total, the usual answer (no reply): read here,
-                    # one call less per message.
-                    subject, reply = args[1], b""
-                    try:
-                        sid, hdr_len, total = int(args[2]), int(args[3]), int(args[4])
-                    except ValueError:
-                        raise ProtocolError("nats: malformed MSG") from None
-                else:
-                    subject, sid, reply, hdr_len, total = _msg_args(args, op == _H)
-                start = eol + 2
-                end = start + total
-                if end + 2 > n:
-                    self._need = end + 2 - pos
-                    break
-                hdr = buf[start : start + hdr_len] if hdr_len else b""
-                payload = buf[start + hdr_len : end]
-                pos = end + 2
-                sink = sinks.get(sid)
-                if sink is not None:
-                    if sink is not run_sink:
-                        if run_sink is not None:
-                            _deliver(run_sink, run)
-                        run, run_sink = [], sink
-                    run.append((subject, reply, hdr, payload))
-                    continue
-                if run_sink is not None:
-                    _deliver(run_sink, run)
-                    run, run_sink = [], None
+        while True:
+            # The frames for bulk sinks are cut in one call (``_frames``, compiled in the
+            # optional build); anything else stops it and is handled here, in wire order.
+            found = cut(buf, pos, sinks)
+            for sink, run in found.runs:
+                _deliver(sink, run)
+            kind = found.kind
+            if kind == END:
+                self._need = found.need
+                return found.pos
+            if kind == BAD:
+                raise ProtocolError(found.error)
+            pos = found.after
+            if kind == CONTROL:
+                await self._control(found.line)
+            else:
+                subject, sid, reply, hdr, payload = found.msg
                 await self.nc._process_msg(sid, subject, reply, payload, hdr or None)
-        finally:
-            if run_sink is not None:
-                _deliver(run_sink, run)
-        return pos
 
     async def _control(self, line: bytes) -> None:
         """Every non-message operation, handled as nats-py's own parser does."""
@@ -142,23 +106,6 @@ class BulkParser(Parser):  # type: ignore[misc, unused-ignore]
             await nc._process_info(json.loads(line[4:].strip()))
         else:
             raise ProtocolError("nats: unknown protocol")
-
-
-def _msg_args(args: list[bytes], with_headers: bool) -> tuple[bytes, int, bytes, int, int]:
-    """``MSG subject sid [reply] size`` / ``HMSG subject sid [reply] hdr_size size``, split."""
-    try:
-        if with_headers:
-            if len(args) == 6:
-                return args[1], int(args[2]), args[3], int(args[4]), int(args[5])
-            if len(args) == 5:
-                return args[1], int(args[2]), b"", int(args[3]), int(args[4])
-        elif len(args) == 5:
-            return args[1], int(args[2]), args[3], 0, int(args[4])
-        elif len(args) == 4:
-            return args[1], int(args[2]), b"", 0, int(args[3])
-    except ValueError:
-        pass
-    raise ProtocolError("nats: malformed MSG")
 
 
 def _deliver(sink: BulkSink, run: list[Frame]) -> None:

@@ -21,7 +21,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -32,7 +31,7 @@ from nats.aio.client import Client
 from nats.aio.subscription import Subscription
 
 from jetraft.spark import wire
-from jetraft.spark.bulkparse import Frame
+from jetraft.spark._frames import Frame, after, fields, place
 from jetraft.spark.loop import JetClient
 
 log = logging.getLogger("jetraft.spark")
@@ -118,43 +117,19 @@ async def check_data_loss(nc: Client, spec: RangeSpec, cursor: int) -> int:
 # -- direct get -------------------------------------------------------------------------
 
 
-def _after(hdr: bytes, name: bytes) -> int:
-    """Where the value of the last ``name`` header starts in a raw block, -1 if absent. The
-    last: a server appends its own headers after the stored ones."""
-    i = hdr.rfind(name)
-    return i + len(name) if i >= 0 else -1
-
-
 def header_value(raw: bytes, name: bytes) -> bytes:
     """One header's value from a raw block (last occurrence), b"" if absent."""
-    j = _after(raw, b"\r\n" + name + b":")
+    j = after(raw, b"\r\n" + name + b":")
     if j < 0:
         return b""
     k = raw.find(b"\r\n", j)
     return raw[j:k].strip()
 
 
-# The end of a direct-get answer's header block as servers write it: Nats-Subject,
-# Nats-Sequence and Nats-Time-Stamp (after any stored headers), the batch's two counters, the
-# blank line. Anchored at the end, so the values are the last of their names, as ``_fields``
-# finds them in any other layout.
-_OUR_TAIL = re.compile(
-    rb"\r\nNats-Subject: ([^\s]+)\r\nNats-Sequence: ([0-9]+)\r\n"
-    rb"Nats-Time-Stamp: ([^\s]+)\r\n"
-    rb"(?:Nats-Num-Pending: [0-9]+\r\nNats-Last-Sequence: [0-9]+\r\n)?\r\n\Z"
-)
-
-
 def _fields(hdr: bytes) -> tuple[bytes, bytes, bytes] | None:
-    """(subject, sequence, time stamp) from a header block in any layout: the last value of
-    each name; None without a Nats-Sequence."""
-    i = _after(hdr, b"\r\nNats-Sequence:")
-    if i < 0:
-        return None
-    seq = hdr[i : hdr.find(b"\r", i)]
-    i = _after(hdr, b"\r\nNats-Subject:")
-    j = _after(hdr, b"\r\nNats-Time-Stamp:")
-    return hdr[i : hdr.find(b"\r", i)].strip(), seq, hdr[j : hdr.find(b"\r", j)].strip()
+    """(subject, sequence, time stamp) of a direct-get answer's header block in any layout
+    (the general reader ``_Collector.take`` falls back to)."""
+    return fields(hdr)
 
 
 class _Collector:
@@ -177,35 +152,13 @@ class _Collector:
         if self.done.done():
             return
         chunk = self.chunk
-        seqs, subjects, times, data, headers = (
-            chunk.seqs, chunk.subjects, chunk.times, chunk.data, chunk.headers
-        )
-        end = self.end
-        tail = _OUR_TAIL.match
-        for k in range(lo, hi):
-            _, _, hdr, payload = frames[k]
-            if not payload and hdr[8:9] == b" ":
-                self._finish(hdr)
-                return
-            # The server's own headers close the block: one match reads all three.
-            m = tail(hdr, hdr.rfind(b"\r\nNats-Subject:"))
-            if m is not None:
-                subject, seq_text, stamp = m.groups()
-            else:
-                found = _fields(hdr)
-                if found is None:
-                    continue  # not a stored message: nothing to place it by
-                subject, seq_text, stamp = found
-            seq = int(seq_text)
-            self.last = seq
-            self.count += 1
-            if seq > end:
-                continue
-            seqs.append(seq)
-            subjects.append(subject)
-            times.append(stamp)
-            data.append(payload)
-            headers.append(hdr)
+        columns = (chunk.seqs, chunk.subjects, chunk.times, chunk.data, chunk.headers)
+        placed = place(frames, lo, hi, self.end, columns)
+        if placed.count:
+            self.last = placed.last
+            self.count += placed.count
+        if placed.stop < hi:
+            self._finish(frames[placed.stop][2])
 
     def _finish(self, hdr: bytes) -> None:
         code = hdr[9:12]
