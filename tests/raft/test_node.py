@@ -276,3 +276,30 @@ async def test_a_follower_is_caught_up_only_once_it_applied_the_commits_it_heard
     group.hub.heal()
     await f.wait_for(f.caught_up, 5.0)
     assert group.sms[f.id].data["x"] == "2"
+
+
+async def test_a_replica_is_current_only_once_a_leader_spoke_and_it_applied_its_commit(
+    group: Group,
+) -> None:
+    """A replica that restarts has applied everything it heard of (nothing yet), but may
+    lack writes committed while it was away: it serves reads (direct gets) only once a
+    leader has told it the commit index and it applied up to there. An idle leader says so
+    in its heartbeats, so an idle replica does not wait for the next write."""
+    lead = await group.leader()
+    await lead.propose(b"x=1")
+    await group.converge()
+    f_id = next(nid for nid in group.nodes if nid != lead.id)
+    group.hub.isolate(f_id)
+    await lead.propose(b"x=2")  # committed by the other two
+    await group.stop(f_id)
+    f = await group.start(f_id)
+    await f.wait_for(lambda: group.sms[f_id].data.get("x") == "1", 5.0)  # its own log, replayed
+    assert f.caught_up() and not f.current()
+    group.hub.heal()
+    await f.wait_for(f.current, 5.0)
+    assert group.sms[f_id].data["x"] == "2"
+    # Back with everything: the heartbeats of an idle leader make it current again.
+    await group.stop(f_id)
+    f = await group.start(f_id)
+    await f.wait_for(f.current, 5.0)
+    assert group.sms[f_id].data["x"] == "2"

@@ -106,7 +106,7 @@ class RaftCore(RaftState):
                 if pid != self.id:
                     commit = replication.heartbeat_commit(self, pr)
                     self.msgs.append(Heartbeat(self.term, self.id, pid, commit,
-                                               self.is_member(pid)))
+                                               self.is_member(pid), self.log.committed))
 
     def _quorum_active(self) -> bool:
         voters = self.membership.voters

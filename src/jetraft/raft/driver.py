@@ -34,7 +34,7 @@ import msgspec
 
 from .core import RaftCore
 from .membership import MembershipChange, decode_membership
-from .messages import AppendEntries, AppendResponse, Message, VoteRequest, VoteResponse
+from .messages import AppendEntries, AppendResponse, Heartbeat, Message, VoteRequest, VoteResponse
 from .ready import (
     NotLeader,
     ProposalDropped,
@@ -238,8 +238,11 @@ class Driver:
     def receive(self, msg: Message) -> None:
         if self.state is State.RUNNING:
             self._inbox.append(msg)
-            if isinstance(msg, AppendEntries) and msg.commit > self.heard_commit:
-                self.heard_commit = msg.commit
+            if isinstance(msg, AppendEntries):
+                if msg.commit > self.heard_commit:
+                    self.heard_commit = msg.commit
+            elif isinstance(msg, Heartbeat) and msg.leader_commit > self.heard_commit:
+                self.heard_commit = msg.leader_commit
 
     @property
     def applied(self) -> int:

@@ -81,6 +81,9 @@ class Heartbeat(msgspec.Struct, frozen=True, gc=False):
     to: str
     commit: int
     member: bool = True
+    # The leader's own commit index, not clipped: never used to commit, only to tell a
+    # follower how far it must apply before it serves reads (Driver.heard_commit).
+    leader_commit: int = 0
 
 
 class HeartbeatResponse(msgspec.Struct, frozen=True, gc=False):
@@ -168,7 +171,7 @@ def _fields(msg: Message) -> tuple[Any, ...]:
     if isinstance(msg, AppendResponse):
         return (_APP_RESP, msg.index, msg.reject, msg.hint_index, msg.hint_term, msg.corrupt_term)
     if isinstance(msg, Heartbeat):
-        return (_HB, msg.commit, msg.member)
+        return (_HB, msg.commit, msg.member, msg.leader_commit)
     if isinstance(msg, HeartbeatResponse):
         return (_HB_RESP,)
     if isinstance(msg, VoteRequest):
@@ -229,8 +232,11 @@ def _build(code: int, term: int, frm: str, to: str, rest: list[Any]) -> Message:
         index, reject, hint_index, hint_term, corrupt_term = rest
         return AppendResponse(term, frm, to, index, reject, hint_index, hint_term, corrupt_term)
     if code == _HB:
-        commit, member = rest
-        return Heartbeat(term, frm, to, commit, bool(member))
+        commit, member, *more = rest  # a server of an earlier version sends no leader_commit
+        leader_commit = more[0] if more else 0
+        if not isinstance(leader_commit, int):
+            raise DecodeError("bad raft heartbeat")
+        return Heartbeat(term, frm, to, commit, bool(member), leader_commit)
     if code == _HB_RESP:
         return HeartbeatResponse(term, frm, to)
     if code == _VOTE_REQ:

@@ -286,6 +286,13 @@ class RaftNode:
         """Every commit this node has heard of is applied here (see Driver.caught_up)."""
         return self.driver.caught_up()
 
+    def current(self) -> bool:
+        """Fit to serve a read: it knows a leader of its term and applied every commit it
+        heard of. A replica that has heard from no leader yet (just created, or back from
+        a restart or a partition) may hold nothing of what was committed without it, so
+        having applied all it heard of proves nothing until a leader has spoken."""
+        return self.core.lead != "" and self.driver.caught_up()
+
     async def wait_for_leader(self, timeout_s: float) -> str:
         await self.wait_for(lambda: self.core.lead != "", timeout_s)
         return self.core.lead

@@ -208,11 +208,12 @@ class StreamReplica:
 
         def on_request(subject: str, reply: str | None, hdr: bytes | None, data: bytes) -> None:
             node = self.group.node
-            if node is None or node.caught_up():
+            if node is None or node.current():
                 handler(self, subject, reply, data)
                 return
-            # A follower answers once it applied every write it heard was committed: a
-            # client that got a PubAck and reads through this replica sees its write.
+            # A follower answers once it heard from a leader and applied every write it
+            # heard was committed: a client that got a PubAck and reads through this
+            # replica sees its write.
             task = asyncio.ensure_future(self._answer_caught_up(handler, subject, reply, data))
             self._direct_waits.add(task)
             task.add_done_callback(self._direct_waits.discard)
@@ -228,7 +229,7 @@ class StreamReplica:
             # Bounded: a replica that cannot catch up answers with what it holds (a direct
             # get is served by any replica, as on nats-server, and is not linearizable).
             with contextlib.suppress(TimeoutError):
-                await node.wait_for(node.caught_up, DIRECT_CATCH_UP_S)
+                await node.wait_for(node.current, DIRECT_CATCH_UP_S)
         if not self.closed:
             handler(self, subject, reply, data)
 
