@@ -22,6 +22,8 @@ authorization {
   users: [
     {user: a, password: a, permissions: {subscribe: ["q A", "w.* G*", "open"]}}
     {user: d, password: d, permissions: {subscribe: {allow: [">"], deny: ["s bad", "t"]}}}
+    {user: m, password: m, permissions: {subscribe: {allow: [">"], deny: ["u", "u q1"]}}}
+    {user: n, password: n, permissions: {subscribe: ["v", "v q1"]}}
   ]
 }
 """
@@ -30,6 +32,9 @@ CASES = [
     ("a", "q A"), ("a", "q"), ("a", "q bad"), ("a", "w.x G*"), ("a", "w.x G1"), ("a", "w.x"),
     ("a", "open"), ("a", "open any"),
     ("d", "s"), ("d", "s good"), ("d", "s bad"), ("d", "t"), ("d", "t any"),
+    # A plain deny entry refuses every queue group, whatever queue entries say beside it;
+    # queue entries in the allow list decide alone for a queue subscription.
+    ("m", "u"), ("m", "u q1"), ("m", "u q2"), ("n", "v"), ("n", "v q1"), ("n", "v q2"),
 ]
 
 
@@ -68,4 +73,4 @@ async def test_queue_group_subscribe_permissions(
     ours = await _answers(server.client_port)
     assert ours == theirs
     ok = [args for (_, args), answer in zip(CASES, theirs, strict=True) if answer == "+OK"]
-    assert ok == ["q A", "w.x G*", "open", "open any", "s", "s good"]
+    assert ok == ["q A", "w.x G*", "open", "open any", "s", "s good", "v", "v q1"]

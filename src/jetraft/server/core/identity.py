@@ -23,14 +23,17 @@ class SubjectRule:
         return not any(subject_matches(d, subject) for d in self.deny)
 
     def permits_subscribe(self, filter_subject: str, queue: str | None = None) -> bool:
-        # An entry "subject queue" speaks only of queue subscriptions in that group; for a
-        # queue subscription such entries, when any cover the subject, decide alone (as in
-        # nats-server, deny included).
+        # An entry "subject queue" speaks only of queue subscriptions in that group. As in
+        # nats-server: in the allow list, such entries covering the subject decide alone for
+        # a queue subscription; in the deny list, a plain entry denies every subscription
+        # and a queue entry denies its group's.
         if self.allow:
-            allowed = _covers(self.allow, filter_subject, queue)
+            plain, groups = _covering(self.allow, filter_subject)
+            allowed = _group_listed(queue, groups) if queue and groups else plain
             if not allowed:
                 return False
-        return not _covers(self.deny, filter_subject, queue)
+        plain, groups = _covering(self.deny, filter_subject)
+        return not (plain or (bool(queue) and _group_listed(queue, groups)))
 
     def delivery_denied(self, filter_subject: str, subject: str) -> bool:
         """A wildcard subscription that overlaps a deny rule must not see the denied subjects."""
@@ -39,8 +42,9 @@ class SubjectRule:
         )
 
 
-def _covers(entries: tuple[str, ...], filter_subject: str, queue: str | None) -> bool:
-    """Whether ``entries`` (subjects, or "subject queue") take in this subscription."""
+def _covering(entries: tuple[str, ...], filter_subject: str) -> tuple[bool, list[str]]:
+    """Of ``entries`` (subjects, or "subject queue"), those that take in this subscription's
+    subject: whether a plain one does, and the queue groups the others name."""
     plain = False
     groups: list[str] = []
     for entry in entries:
@@ -51,9 +55,13 @@ def _covers(entries: tuple[str, ...], filter_subject: str, queue: str | None) ->
             groups.append(group.strip())
         else:
             plain = True
-    if queue and groups:
-        return any(queue == g or (_has_wildcard(g) and subject_matches(g, queue)) for g in groups)
-    return plain
+    return plain, groups
+
+
+def _group_listed(queue: str | None, groups: list[str]) -> bool:
+    return bool(queue) and any(
+        queue == g or (_has_wildcard(g) and subject_matches(g, str(queue))) for g in groups
+    )
 
 
 def _has_wildcard(name: str) -> bool:
