@@ -69,6 +69,16 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def js_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
+    """One JetStream server on loopback, ``kind`` "jetraft" or "nats" (output discarded)."""
+    flags = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store]
+    if kind == "jetraft":
+        cmd = [sys.executable, "-m", "jetraft", "server", *flags]
+    else:
+        cmd = [nats_server_binary(), *flags]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 class Profiler:
     """``py-spy record`` attached to one server process (raw collapsed stacks)."""
 

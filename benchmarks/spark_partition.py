@@ -18,35 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 
 from benchmarks.common import (
+    cpu_seconds,
     free_port,
+    js_server,
     load_summary,
     machine_summary,
-    nats_server_binary,
     wait_port,
 )
-
-
-def _server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
-    flags = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store]
-    if kind == "jetraft":
-        cmd = [sys.executable, "-m", "jetraft", "server", *flags]
-    else:
-        cmd = [nats_server_binary(), *flags]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _fill(url: str, n: int, size: int) -> None:
@@ -77,7 +60,7 @@ def main() -> None:
     print(machine_summary())
     port = free_port()
     store = tempfile.mkdtemp(prefix="spark-partition-")
-    proc = _server(args.server, port, store)
+    proc = js_server(args.server, port, store)
     try:
         wait_port(port)
         url = f"nats://127.0.0.1:{port}"
@@ -85,9 +68,9 @@ def main() -> None:
         opts = parse_read_options({"stream": "PART", "servers": url}, streaming=False)
         part = reader.JetStreamPartition(0, 1, args.msgs, args.mode)
         for _ in range(args.rounds):
-            srv0, cli0, t0 = _cpu_s(proc.pid), time.process_time(), time.perf_counter()
+            srv0, cli0, t0 = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
             rows = sum(b.num_rows for b in reader.read_partition(opts, part))
-            srv1, cli1, t1 = _cpu_s(proc.pid), time.process_time(), time.perf_counter()
+            srv1, cli1, t1 = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
             if rows != args.msgs:
                 raise RuntimeError(f"read {rows} rows, expected {args.msgs}")
             print(

@@ -21,33 +21,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 
-from benchmarks.common import free_port, load_summary, machine_summary, wait_port
-
-
-def _server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
-    from benchmarks.common import nats_server_binary
-
-    flags = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store]
-    if kind == "jetraft":
-        cmd = [sys.executable, "-m", "jetraft", "server", *flags]
-    else:
-        cmd = [nats_server_binary(), *flags]
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+from benchmarks.common import (
+    cpu_seconds,
+    free_port,
+    js_server,
+    load_summary,
+    machine_summary,
+    wait_port,
+)
 
 
 async def _create(url: str) -> None:
@@ -94,7 +81,7 @@ def main() -> None:
     print(machine_summary())
     port = free_port()
     store = tempfile.mkdtemp(prefix="spark-sink-partition-")
-    proc = _server(args.server, port, store)
+    proc = js_server(args.server, port, store)
     try:
         wait_port(port)
         url = f"nats://127.0.0.1:{port}"
@@ -105,14 +92,14 @@ def main() -> None:
         batches = _batches(args.msgs, args.size, args.batch)
         for _ in range(args.rounds):
             encoder = writer._Encoder(opts, uuid.uuid4().hex, "0", 0)
-            srv0, cli0, t0 = _cpu_s(proc.pid), time.process_time(), time.perf_counter()
+            srv0, cli0, t0 = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
             it: Iterator[object] = iter(batches)
             acked, dups = writer.publish_columns(
                 opts,
                 writer._arrow_columns(it),  # type: ignore[arg-type]
                 encoder,
             )
-            srv1, cli1, t1 = _cpu_s(proc.pid), time.process_time(), time.perf_counter()
+            srv1, cli1, t1 = cpu_seconds(proc.pid), time.process_time(), time.perf_counter()
             if acked != args.msgs or dups:
                 raise RuntimeError(f"{acked} acked ({dups} duplicates), expected {args.msgs}")
             print(
