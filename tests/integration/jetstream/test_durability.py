@@ -244,3 +244,52 @@ async def test_jsz_monitor_endpoint(make_server: Any, tmp_path: Path) -> None:
     assert body["api"]["total"] >= 1
     detail = body["account_details"][0]["stream_detail"][0]
     assert detail["name"] == "M1"
+
+
+async def test_a_create_a_crash_interrupted_is_set_aside_and_its_name_is_free(
+    make_server: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """STREAM.CREATE writes the stream's directory, ``msgs/`` and ``meta.json`` before it
+    syncs them and answers: a crash in between leaves any prefix of that. Such a directory
+    was never confirmed to anyone, so it must not block the name (nats-server skips a stream
+    directory without its meta file); a damaged meta file of a real stream still does."""
+    conf = 'jetstream { store_dir: "%s" }' % (tmp_path / "js")
+    server = await make_server(conf)
+    nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    js = nc.jetstream()
+    for name in ("TORN", "EMPTYMETA", "NOMETA", "KEPT"):
+        await js.add_stream(name=name, subjects=[name.lower()])
+    await js.publish("kept", b"x")
+    await nc.close()
+    await server.stop()
+
+    meta = _stream_dir(tmp_path, "TORN") / "meta.json"
+    torn_meta = meta.read_bytes()[:40]  # a first write cut short
+    meta.write_bytes(torn_meta)
+    (_stream_dir(tmp_path, "EMPTYMETA") / "meta.json").write_bytes(b"")
+    (_stream_dir(tmp_path, "NOMETA") / "meta.json").unlink()
+    bare = _stream_dir(tmp_path, "BARE")
+    bare.mkdir()  # the crash hit right after the directory was made
+    # A stream that stored a message keeps its name even with its meta file gone.
+    (_stream_dir(tmp_path, "KEPT") / "meta.json").unlink()
+
+    caplog.set_level("WARNING")
+    server = await make_server(conf)
+    nc = await nats.connect(f"nats://127.0.0.1:{server.client_port}")
+    js = nc.jetstream()
+    assert (await api(nc, "STREAM.NAMES"))["streams"] is None
+    for name in ("TORN", "EMPTYMETA", "NOMETA", "BARE"):
+        assert f"{name}: a create that never finished" in caplog.text
+        info = await js.add_stream(name=name, subjects=[name.lower()])
+        assert info.state.messages == 0
+        ack = await js.publish(name.lower(), b"after")
+        assert (ack.stream, ack.seq) == (name, 1)
+    resp = await api(nc, "STREAM.CREATE.KEPT", {"name": "KEPT", "subjects": ["kept"]})
+    assert err(resp)[:2] == (500, 10194)
+    await nc.close()
+    await server.stop()
+    # Set aside, not deleted: the torn meta file is still there to look at.
+    aside = [p.name for p in _stream_dir(tmp_path, "TORN").parent.iterdir()]
+    torn = [n for n in aside if n.startswith(".unfinished-TORN.")]
+    assert len(torn) == 1
+    assert (_stream_dir(tmp_path, torn[0]) / "meta.json").read_bytes() == torn_meta

@@ -49,7 +49,6 @@ from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
 from jetraft.server.js.replies import send_response
 from jetraft.server.js.store_glue import (
-    TRASH_PREFIX,
     Encryption,
     MetaError,
     StreamMeta,
@@ -60,6 +59,8 @@ from jetraft.server.js.store_glue import (
     open_store,
     read_meta,
     remove_stream_dir,
+    set_aside_unfinished,
+    unfinished_create,
     write_meta,
 )
 from jetraft.server.js.streams import StreamRuntime
@@ -149,13 +150,21 @@ class JsAccount:
         clear_trash(base)
         for stream_dir in sorted(p for p in base.iterdir() if p.is_dir()):
             name = stream_dir.name
-            if name.startswith(TRASH_PREFIX):
+            if name.startswith("."):  # trash, set-aside directories: never stream names
                 continue
             try:
                 cipher = load_cipher(self.encryption, self.account.name, stream_dir)
                 meta = read_meta(stream_dir, cipher)
                 store = open_store(meta.config, stream_dir, cipher)
             except (MetaError, StoreError, OSError) as exc:
+                if unfinished_create(stream_dir):
+                    aside = set_aside_unfinished(stream_dir)
+                    log.warning(
+                        "JetStream stream %s > %s: a create that never finished (%s); "
+                        "its files were moved to %s",
+                        self.account.name, name, exc, aside.name,
+                    )
+                    continue
                 # Report, keep the files exactly as they are, and refuse to reuse the name.
                 log.error("JetStream stream %s > %s not loaded: %s", self.account.name, name, exc)
                 self.offline[name] = str(exc)

@@ -15,7 +15,9 @@ Creating a stream (``new_stream_files``) is split like a commit: on the event lo
 is made and the files written, no fsync; the blocking half syncs each file and directory
 once, bottom-up (the files, the stream's directory, its parent), in a worker thread, and
 the answer to STREAM.CREATE waits for it. A crash before it returned may leave a partial
-directory, which was never confirmed to anyone (it loads as an offline stream).
+directory, which was never confirmed to anyone: when its ``meta.json`` is missing or torn and
+nothing was stored in it, the next start sets it aside (``set_aside_unfinished``) and the
+name is free again, as nats-server skips a stream directory without its meta file.
 
 Memory streams are not written at all: like nats-server's, they vanish on restart.
 Nothing here ever deletes a stream directory except ``remove_stream_dir`` on an explicit
@@ -271,6 +273,48 @@ def prepare_sync(store: StreamStore) -> Callable[[], None] | None:
 
 
 TRASH_PREFIX = ".deleted-"
+UNFINISHED_PREFIX = ".unfinished-"
+
+
+def _holds_data(path: Path) -> bool:
+    """Any non-empty file under ``path`` (a stored message or consumer state)."""
+    if not path.is_dir():
+        return False
+    return any(p.is_file() and p.stat().st_size > 0 for p in path.rglob("*"))
+
+
+def unfinished_create(stream_dir: Path) -> bool:
+    """A stream directory a crash left in the middle of STREAM.CREATE (whose answer was
+    therefore never sent): its ``meta.json`` is missing, or in clear and not even JSON (a
+    torn first write: updates replace it atomically, so only a create can tear it), and
+    neither a message nor a consumer was ever stored in it. A meta file that parses but
+    fails its checksum is damage, not a torn create; so is anything beside stored data.
+    An encrypted stream's sealed meta file cannot tell a torn write from damage: only a
+    missing one counts there."""
+    if _holds_data(stream_dir / MSGS_DIR) or _holds_data(stream_dir / CONSUMERS_DIR):
+        return False
+    try:
+        raw = (stream_dir / META_FILE).read_bytes()
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    if raw.startswith(SEALED_META):
+        return False
+    try:
+        json.loads(raw)
+    except ValueError:
+        return True
+    return False
+
+
+def set_aside_unfinished(stream_dir: Path) -> Path:
+    """Move an ``unfinished_create`` directory out of the way, durably, keeping its files
+    (a name starting with a dot is never loaded as a stream, nor removed as trash)."""
+    aside = stream_dir.with_name(f"{UNFINISHED_PREFIX}{stream_dir.name}.{secrets.token_hex(4)}")
+    os.rename(stream_dir, aside)
+    fsync_dir(stream_dir.parent)
+    return aside
 
 
 def remove_stream_dir(stream_dir: Path) -> None:
