@@ -135,7 +135,7 @@ async def test_info_advertises_the_jetstream_api_level(
 ) -> None:
     # nats-server (2.11 on) puts the JetStream API level it serves in every INFO as api_lvl,
     # with or without JetStream; nats.js reads it (its "basics - info api_lvl" test).
-    from jetraft.jetstream.api import API_LEVEL
+    from jetraft.jetstream.api_types import API_LEVEL
 
     for conf in ("", f'jetstream {{ store_dir: "{tmp_path}" }}\n'):
         server = await make_server(conf)

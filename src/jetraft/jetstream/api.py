@@ -1,7 +1,8 @@
 """The ``$JS.API`` table: subject pattern -> handler, plus the dispatch rules every request
 shares (API level header, error trap, counters, response shapes).
 
-Contract for handlers (stream ones live in ``stream_api``, consumer ones in ``consumer_api``)::
+Contract for handlers (stream ones live in ``stream_api``, consumer ones in ``consumer_api``;
+the shapes and constants they share in ``api_types``)::
 
     handler(ctx, subject, reply, data) -> Response
 
@@ -23,40 +24,26 @@ matches wins. Unknown API subjects are not answered at all, as nats-server does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from jetraft.jetstream import consumer_api, stream_api
+from jetraft.jetstream.api_types import (
+    API_LEVEL,
+    API_PREFIX,
+    REQUIRED_LEVEL_HEADER,
+    TYPE_PREFIX,
+    ApiStats,
+    Handler,
+    Response,
+    StatusReply,
+)
 from jetraft.jetstream.errors import ApiError, api_error, error_body
 from jetraft.protocol.headers import header_value
 from jetraft.protocol.subjects import subject_matches
 
 log = logging.getLogger("jetraft.js.api")
 
-API_PREFIX = "$JS.API."
-TYPE_PREFIX = "io.nats.jetstream.api.v1."
-# The JetStream API level we implement (nats-server 2.11 semantics); requests carrying a
-# ``Nats-Required-Api-Level`` above it are refused with 10185.
-API_LEVEL = 1
-REQUIRED_LEVEL_HEADER = "Nats-Required-Api-Level"
-
-
-class RawReply(NamedTuple):
-    """A non-JSON answer: a message with headers (DIRECT.GET)."""
-
-    hdr: bytes | None
-    data: bytes
-
-
-class StatusReply(NamedTuple):
-    """A bare status message (empty body), e.g. 503 as if nobody served the subject."""
-
-    status: int
-    description: str = ""
-
-
-Response = dict[str, Any] | RawReply | list[RawReply] | StatusReply | None
-Handler = Callable[[Any, str, str, bytes], Any]
 
 # Response type suffix by pattern prefix, for errors produced centrally (API level, crashes).
 _KINDS: tuple[tuple[str, str], ...] = (
@@ -98,12 +85,6 @@ class Route:
     full: str  # with the prefix, for subject matching
     handler: Handler
     kind: str  # response type suffix; "" = no JSON envelope
-
-
-@dataclass(slots=True)
-class ApiStats:
-    total: int = 0
-    errors: int = 0
 
 
 @dataclass(slots=True)
@@ -199,8 +180,6 @@ def register(pattern: str, handler: Handler, kind: str | None = None) -> None:
 
 def build_table() -> ApiTable:
     """The full API: stream handlers, consumer handlers, and anything ``register``-ed."""
-    from jetraft.jetstream import consumer_api, stream_api
-
     table = ApiTable()
     for pattern, handler in stream_api.HANDLERS.items():
         table.register(pattern, handler)

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from jetraft.jetstream.api import RawReply, StatusReply
+from jetraft.jetstream.api_types import RawReply, StatusReply
 from jetraft.jetstream.models import format_time, parse_time
 from jetraft.jetstream.msg_get import LenientMsgGet, MsgGetRequest
 from jetraft.jetstream.store.types import StoredMsg

@@ -17,7 +17,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import API_LEVEL, TYPE_PREFIX, ApiStats
+from jetraft.jetstream.api_types import API_LEVEL, TYPE_PREFIX, ApiStats
 from jetraft.jetstream.direct_get import handle_direct_get, handle_direct_get_last, load_one
 from jetraft.jetstream.errors import ApiError
 from jetraft.jetstream.models import format_time, go_json_error, parse_time

@@ -13,7 +13,7 @@ from typing import Any
 
 import jetraft
 from jetraft.config import ServerConfig
-from jetraft.jetstream.api import API_LEVEL
+from jetraft.jetstream.api_types import API_LEVEL
 from jetraft.protocol import client as proto
 from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.core.accounts import Account, AccountStats

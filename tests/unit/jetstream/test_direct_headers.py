@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jetraft.jetstream import direct_get
-from jetraft.jetstream.api import RawReply
+from jetraft.jetstream.api_types import RawReply
 from jetraft.jetstream.direct_get import _direct_headers, _pending_tail, direct_answer
 from jetraft.jetstream.models import format_time, parse_time
 from jetraft.jetstream.msg_get import MsgGetRequest

@@ -24,13 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft.config import ServerConfig
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import (
-    ApiStats,
-    ApiTable,
-    build_table,
-    error_response,
-    normalise_subject,
-)
+from jetraft.jetstream.api import ApiTable, build_table, error_response, normalise_subject
+from jetraft.jetstream.api_types import ApiStats
 from jetraft.jetstream.consumer_config import StreamFacts
 from jetraft.jetstream.models import encode_json, format_time
 from jetraft.jetstream.store.cipher import RecordCipher
@@ -551,7 +546,7 @@ class JetStreamManager:
         api_errors: int,
     ) -> dict[str, Any]:
         """/jsz's common part: config, usage totals, API counters."""
-        from jetraft.jetstream.api import API_LEVEL
+        from jetraft.jetstream.api_types import API_LEVEL
 
         js = self.config
         out: dict[str, Any] = {

@@ -7,7 +7,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from jetraft.jetstream.api import RawReply, StatusReply
+from jetraft.jetstream.api_types import RawReply, StatusReply
 from jetraft.jetstream.direct_get import DIRECT_SLICE_BYTES
 from jetraft.jetstream.models import encode_json
 from jetraft.protocol.headers import encode_headers

@@ -17,16 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 from jetraft.jetstream import consumer_api, stream_api
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import (
+from jetraft.jetstream.api import Route, build_table, error_response, normalise_subject
+from jetraft.jetstream.api_types import (
     API_LEVEL,
     REQUIRED_LEVEL_HEADER,
     TYPE_PREFIX,
     ApiStats,
-    Route,
     StatusReply,
-    build_table,
-    error_response,
-    normalise_subject,
 )
 from jetraft.jetstream.direct_get import handle_direct_get, handle_direct_get_last
 from jetraft.jetstream.errors import ApiError

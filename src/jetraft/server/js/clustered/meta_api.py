@@ -18,7 +18,8 @@ import msgspec
 
 from jetraft.jetstream import consumer_api, stream_api
 from jetraft.jetstream import errors as E
-from jetraft.jetstream.api import TYPE_PREFIX, Route
+from jetraft.jetstream.api import Route
+from jetraft.jetstream.api_types import TYPE_PREFIX
 from jetraft.jetstream.consumer_api import plan_create
 from jetraft.jetstream.consumer_config import (
     ConsumerConfig,
