@@ -69,6 +69,15 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MB (VmRSS, /proc/<pid>/status)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def js_server(kind: str, port: int, store: str) -> subprocess.Popen[bytes]:
     """One JetStream server on loopback, ``kind`` "jetraft" or "nats" (output discarded)."""
     flags = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", store]

@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from benchmarks.common import free_port, machine_summary, wait_port
+from benchmarks.common import cpu_seconds, free_port, machine_summary, rss_mb, wait_port
 
 SUBJECT = b"bench.sub"
 MANY_CONNS = 200
@@ -304,22 +304,6 @@ def run_scenario(target: Target, sc: Scenario, n: int) -> Result:
         rate, deliveries = _run_many(target.port, sc, n)
     cpu = target.cpu_seconds() - cpu0
     return Result(rate, cpu / deliveries * 1e6)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process (all its threads), from /proc/<pid>/stat."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # After the command name: state is field 3, utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    return 0.0
 
 
 def _server_cmd(kind: str, port: int) -> list[str]:

@@ -14,7 +14,8 @@ are counted (and checked for errors) by a minimal parser. "sync" keeps one publi
 outstanding per connection (request/reply); "async" keeps a window of W outstanding per
 connection over P connections. Rate = acknowledged messages / elapsed. Beside the rates: each
 server's CPU time (user + system, from /proc) per acknowledged message, which moves less with
-the machine's load than the rates do.
+the machine's load than the rates do; and each server's resident memory (VmRSS) idle after
+start and after the load.
 
 ``--ids`` adds "async 128B id": HPUB frames carrying a ``Nats-Msg-Id`` header, each with a reply
 subject of its own (``_INBOX.b<n>.<i>``), as the Spark connector's sink and nats.py's publish
@@ -42,6 +43,7 @@ from benchmarks.common import (
     free_port,
     machine_summary,
     nats_server_binary,
+    rss_mb,
     wait_port,
 )
 
@@ -264,16 +266,22 @@ def main() -> None:
     kinds = [args.only] if args.only else SERVERS
     table: dict[str, dict[str, float]] = {}
     cpu: dict[str, dict[str, float]] = {}  # server CPU us per message
+    rss: dict[str, tuple[float, float, int]] = {}  # MB idle, MB after the load, msgs stored
     for kind in kinds:
         store = tempfile.mkdtemp(prefix=f"jsbench-{kind}-")
         port = free_port()
         proc = start_server(kind, port, store)
         try:
+            time.sleep(1.0)  # let start-up settle before the idle figure
+            idle = rss_mb(proc.pid)
+            stored = 0
             for sc in scenarios:
                 n = args.sync_msgs if sc.window == 1 else args.msgs
                 before = cpu_seconds(proc.pid)
                 table.setdefault(sc.name, {})[kind] = run_scenario(port, sc, n)
                 cpu.setdefault(sc.name, {})[kind] = 1e6 * (cpu_seconds(proc.pid) - before) / n
+                stored = n  # each scenario starts on a fresh stream
+            rss[kind] = (idle, rss_mb(proc.pid), stored)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -281,6 +289,11 @@ def main() -> None:
     print(machine_summary())
     print(f"async: window {args.window} x {args.pubs} connections; file storage throughout")
     _print_table(scenarios, table, cpu)
+    for kind, (idle, loaded, stored) in rss.items():
+        print(
+            f"RSS {kind}: {idle:.0f} MB idle, {loaded:.0f} MB after the load "
+            f"(its stream holding the last scenario's {stored:,} messages)"
+        )
 
 
 def _print_table(

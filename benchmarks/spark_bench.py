@@ -50,7 +50,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.common import free_port, load_summary, machine_summary, wait_port
+from benchmarks.common import free_port, load_summary, machine_summary, rss_mb, wait_port
 
 SERVERS = ["jetraft", "nats-server"]
 CASES = ["sink", "read", "read-consumer", "stream-read", "stream-write"]
@@ -347,7 +347,10 @@ class Bench:
         return _timed(self.pid, self.args.msgs, job)
 
 
-def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Result]:
+def bench_one(
+    spark: Any, kind: str, args: argparse.Namespace, memory: dict[str, tuple[float, float]]
+) -> dict[str, Result]:
+    """The cases against one server; its RSS in MB, idle and at the end, into ``memory``."""
     tmp = tempfile.mkdtemp(prefix=f"spark-bench-{kind}-")
     port = free_port()
     proc = start_server(kind, port, os.path.join(tmp, "store"))
@@ -355,6 +358,7 @@ def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Resu
     out: dict[str, Result] = {}
     try:
         create_stream(url)
+        idle = rss_mb(proc.pid)
         bench = Bench(spark, args, url, proc.pid, tmp)
         if args.warmup:
             bench.warm_up()
@@ -378,6 +382,7 @@ def bench_one(spark: Any, kind: str, args: argparse.Namespace) -> dict[str, Resu
                 f"  {kind} {case}: {out[case].rows_s:,.0f} rows/s ({load_summary()})",
                 file=sys.stderr,
             )
+        memory[kind] = (idle, rss_mb(proc.pid))
         return out
     finally:
         proc.terminate()
@@ -389,7 +394,11 @@ def _us(seconds: float, rows: int) -> str:
     return f"{seconds / rows * 1e6:.1f}"
 
 
-def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> None:
+def report(
+    args: argparse.Namespace,
+    results: dict[str, dict[str, Result]],
+    memory: dict[str, tuple[float, float]],
+) -> None:
     print(machine_summary())
     print(
         f"spark {args.master}, {args.msgs:,} messages x {args.size} B, "
@@ -414,6 +423,8 @@ def report(args: argparse.Namespace, results: dict[str, dict[str, Result]]) -> N
         if len(results) == 2 and all(case in r for r in results.values()):
             ratio = results["jetraft"][case].rows_s / results["nats-server"][case].rows_s
             print(f"{case:<14} {'ratio j/n':<12} {ratio:>10.2f}")
+    for kind, (idle, loaded) in memory.items():
+        print(f"RSS {kind}: {idle:.0f} MB with an empty stream, {loaded:.0f} MB after the cases")
 
 
 def _options(parser: argparse.ArgumentParser, items: list[str]) -> dict[str, str]:
@@ -448,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown cases: {', '.join(sorted(unknown))}")
     kinds = [args.only] if args.only else SERVERS
     spark = spark_session(args.master)
-    results = {kind: bench_one(spark, kind, args) for kind in kinds}
+    memory: dict[str, tuple[float, float]] = {}
+    results = {kind: bench_one(spark, kind, args, memory) for kind in kinds}
     spark.stop()
-    report(args, results)
+    report(args, results, memory)
     return 0
 
 
