@@ -1,5 +1,6 @@
-"""priority_policy pinned_client at the edge: the pin ids (random, as nats-server's nuids)
-and the Nats-Pin-Id header on messages that go to the pinned client. The pin itself is
+"""priority_policy pinned_client at the edge: the pin ids (random, as nats-server's nuids),
+the Nats-Pin-Id header on messages that go to the pinned client, and the runtime's part of
+it (``PinnedGroups``, the base of the runtime's pull and ack halves). The pin itself is
 ``pull.Pin``, decided in the wait queue."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from __future__ import annotations
 import secrets
 
 from jetraft.jetstream.consumer_config import ConsumerConfig
-from jetraft.jetstream.pull import Pin, PullRequest
+from jetraft.jetstream.pull import Pin, PullRequest, WaitQueue
 from jetraft.protocol.headers import encode_headers
 
 PIN_HEADER = "Nats-Pin-Id"
@@ -48,3 +49,46 @@ def priority_refusal(
         elif req.pin_id:
             return 423, "Nats-Pin-Id mismatch"
     return None
+
+
+class PinnedGroups:
+    """The pinned client of a ``ConsumerRuntime``: who holds the pin, when it lapses, and
+    taking it away (CONSUMER.UNPIN). The runtime sets the attributes and provides the
+    methods below that raise here.
+
+    The runtime's halves stack by single inheritance (``PinnedGroups`` <- ``PullIntake`` <-
+    ``AckIntake`` <- ``ConsumerRuntime``): mypyc compiles a class with one base."""
+
+    waitq: WaitQueue
+
+    @property
+    def cfg(self) -> ConsumerConfig:
+        raise NotImplementedError
+
+    def kick(self) -> None:
+        raise NotImplementedError
+
+    def _renew_pin(self, old: ConsumerConfig, cfg: ConsumerConfig) -> None:
+        """A config update: a changed priority policy or timeout starts the pin afresh."""
+        if (cfg.priority_policy, cfg.priority_timeout) != (
+            old.priority_policy,
+            old.priority_timeout,
+        ):
+            self.waitq.pin = new_pin(cfg)
+
+    def _pin_refusal(self, req: PullRequest, now: int) -> tuple[int, str] | None:
+        """A pull request's priority group checked (None: accepted)."""
+        return priority_refusal(self.cfg, self.waitq.pin, req, now)
+
+    def _lapse_pin(self, now: int) -> None:
+        """The wait timer fired: a pinned client quiet for priority_timeout loses the pin
+        and the next requester takes it."""
+        pin = self.waitq.pin
+        if pin is not None and pin.lapse(now):
+            self.kick()
+
+    def unpin(self) -> None:
+        """CONSUMER.UNPIN: the pinned client loses its pin; waiting requests compete anew."""
+        if self.waitq.pin is not None:
+            self.waitq.pin.clear()
+            self.kick()
