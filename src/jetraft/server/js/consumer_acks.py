@@ -17,7 +17,6 @@ from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
 from jetraft.jetstream.consumer import Acked, Entry, Nakked, Progress
 from jetraft.jetstream.models import format_time
 from jetraft.protocol.client import PubBatch, split_body
-from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.commit import CommitQueue, collect
 from jetraft.server.js.consumer_env import Replicator, now_ns
 from jetraft.server.js.consumer_pull import PullIntake
@@ -37,7 +36,6 @@ class AckIntake(PullIntake):
     """Ack handling of ``ConsumerRuntime``, which sets these attributes and provides the
     methods below that raise here (+NXT is a pull request: ``PullIntake``)."""
 
-    client: InternalClient
     replicator: Replicator | None
     queue: CommitQueue | None
     last_refused: bool

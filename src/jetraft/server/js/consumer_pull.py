@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from jetraft.jetstream.consumer import ConsumerCore
 from jetraft.jetstream.consumer_config import go_duration
 from jetraft.jetstream.pull import (
     PullError,
@@ -19,7 +18,7 @@ from jetraft.jetstream.pull import (
     parse_pull_request,
     status,
 )
-from jetraft.server.js.consumer_env import ConsumerEnv, ConsumerOwner, has_interest, now_ns
+from jetraft.server.js.consumer_env import ConsumerOwner, has_interest, now_ns
 from jetraft.server.js.consumer_pin import PinnedGroups
 
 
@@ -27,9 +26,7 @@ class PullIntake(PinnedGroups):
     """Pull requests of ``ConsumerRuntime``, which sets these attributes and provides the
     methods below that raise here."""
 
-    core: ConsumerCore
     owner: ConsumerOwner
-    env: ConsumerEnv
     closed: bool
     last_activity_ns: int
     _kicked: bool

@@ -38,7 +38,7 @@ from jetraft.server.js.consumer_env import (
     now_ns,
     write_state,
 )
-from jetraft.server.js.consumer_pin import new_pin, with_pin_id
+from jetraft.server.js.consumer_pin import new_pin
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -77,6 +77,7 @@ class ConsumerRuntime(AckIntake):
         self.client = owner.new_client(f"consumer {core.stream} > {core.name}")
         self.waitq = WaitQueue(core.cfg.max_waiting)
         self.waitq.pin = new_pin(core.cfg)
+        self._advised_pin = ""
         self._kicked = False
         self._interest_memo: dict[str, bool] = {}
         self._ack_prefix = f"$JS.ACK.{core.stream}.{core.name}."
@@ -371,7 +372,7 @@ class ConsumerRuntime(AckIntake):
                 return False
             dsubj = wr.reply
             if wr.pin_id:
-                hdr = with_pin_id(hdr, wr.pin_id)
+                hdr = self._pinned_hdr(hdr, wr.pin_id)
         self.propose(Delivered(dseq, sseq, cand.dc, now), touch=False)
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
@@ -599,4 +600,5 @@ class ConsumerRuntime(AckIntake):
             now_ns=now,
             num_waiting=len(self.waitq),
             push_bound=push_bound,
+            priority_groups=self.priority_groups(),
         )
