@@ -400,3 +400,29 @@ async def test_pinned_client_in_info_and_advisories(tmp_path: Path) -> None:
     assert theirs[3] == [{"group": "g", "pinned_client_id": "pin0", "pinned_ts": "a time"}]
     assert theirs[4][1]["reason"] == "admin"
     assert theirs[7][1]["reason"] == "timeout"
+
+
+async def _stream_delete_scenario(url: str) -> list[str]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.D", b'{"name": "D", "subjects": ["d"]}', timeout=2)
+        durable = {"stream_name": "D", "config": {"durable_name": "x"}}
+        await nc.request("$JS.API.CONSUMER.CREATE.D.x", json.dumps(durable).encode(), timeout=2)
+        events = await nc.subscribe("$JS.EVENT.ADVISORY.*.*.D.>")
+        stream_events = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.*.D")
+        await nc.request("$JS.API.STREAM.UPDATE.D", b'{"name": "D", "subjects": ["d"]}', timeout=2)
+        await nc.request("$JS.API.STREAM.DELETE.D", b"", timeout=2)
+        out = [(await stream_events.next_msg(timeout=5)).subject for _ in range(2)]
+        out.append((await events.next_msg(timeout=5)).subject)
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_stream_delete_advises_its_consumers(tmp_path: Path) -> None:
+    """Deleting a stream advises each of its consumers deleted, then the stream; an update
+    that changes nothing is advised all the same."""
+    theirs, ours = await on_both_servers(tmp_path, _stream_delete_scenario)
+    assert ours == theirs
+    assert theirs == ["$JS.EVENT.ADVISORY.STREAM.UPDATED.D", "$JS.EVENT.ADVISORY.STREAM.DELETED.D",
+                      "$JS.EVENT.ADVISORY.CONSUMER.DELETED.D.x"]

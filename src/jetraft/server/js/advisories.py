@@ -3,18 +3,20 @@ stream or consumer is created, changed or deleted through the API, and when a pi
 consumer's group gets or loses its pinned client. Tools and client libraries (nats.js's
 ``jsm.advisories()``) watch for them.
 
-An action advisory is derived from the API answer that made the change (so only successful
-changes advise), and published once that answer has gone out. The pin advisories come from
-the consumer's leader (``consumer_pin``).
+One server: an action advisory is derived from the API answer that made the change (so only
+successful changes advise), and published once that answer has gone out. A cluster: from
+the changes the meta group committed (``committed_actions``), by the meta leader that
+proposed them. The pin advisories come from the consumer's leader (``consumer_pin``).
 """
 
 from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from jetraft.jetstream.meta import Change, StreamChanged
 from jetraft.jetstream.models import format_time
 
 PREFIX = "$JS.EVENT.ADVISORY."
@@ -43,6 +45,22 @@ def consumer_action(stream: str, name: str, action: str, now_ns: int) -> tuple[s
     what = {"create": "CREATED", "delete": "DELETED"}[action]
     body = _event(_CONSUMER_TYPE, now_ns, stream=stream, consumer=name, action=action)
     return f"{PREFIX}CONSUMER.{what}.{stream}.{name}", body
+
+
+def committed_actions(changes: Iterable[Change], now_ns: int) -> list[tuple[str, bytes]]:
+    """The action advisories of changes the meta group committed, in their order (removing
+    a stream removes its consumers first: each is advised, as nats-server does). A changed
+    consumer advises nothing."""
+    out: list[tuple[str, bytes]] = []
+    for change in changes:
+        if change.old is None and change.new is None:
+            continue
+        action = "create" if change.old is None else "delete" if change.new is None else "modify"
+        if isinstance(change, StreamChanged):
+            out.append(stream_action(change.key[1], action, now_ns))
+        elif action != "modify":
+            out.append(consumer_action(change.key[1], change.key[2], action, now_ns))
+    return out
 
 
 def pinned(
@@ -92,10 +110,32 @@ def existed_before(api_subject: str, lookup: Callable[[str, str], bool]) -> bool
     return False
 
 
-def action_advisory(
+def doomed_consumers(api_subject: str, consumers_of: Callable[[str], Iterable[str]]) -> list[str]:
+    """The consumers a STREAM.DELETE request would take with the stream (each is advised as
+    deleted, before the stream); none for any other request."""
+    toks = api_subject.split(".")
+    if toks[2:4] == ["STREAM", "DELETE"] and len(toks) == 5:
+        return list(consumers_of(toks[4]))
+    return []
+
+
+def action_advisories(
+    api_subject: str, out: Any, existed: bool, doomed: Iterable[str], now_ns: int
+) -> list[tuple[str, bytes]]:
+    """(subject, body) of the advisories an API answer calls for; ``doomed``: what
+    ``doomed_consumers`` found before the request."""
+    advisory = _action_advisory(api_subject, out, existed, now_ns)
+    if advisory is None:
+        return []
+    if advisory[0].startswith(f"{PREFIX}STREAM.DELETED."):
+        stream = api_subject.split(".")[4]
+        return [consumer_action(stream, name, "delete", now_ns) for name in doomed] + [advisory]
+    return [advisory]
+
+
+def _action_advisory(
     api_subject: str, out: Any, existed: bool, now_ns: int
 ) -> tuple[str, bytes] | None:
-    """(subject, body) of the advisory an API answer calls for, None when none does."""
     if not isinstance(out, dict) or "error" in out:
         return None
     kind = str(out.get("type", ""))
