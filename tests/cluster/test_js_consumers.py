@@ -285,7 +285,8 @@ async def test_a_burst_of_acks_from_another_server_takes_effect(shared_cluster: 
 
 async def test_pinned_client_and_unpin_through_any_server(shared_cluster: Cluster) -> None:
     """An R3 pinned_client consumer: the pin and CONSUMER.UNPIN are the consumer leader's
-    business, whichever server the admin talks to."""
+    business, whichever server the admin talks to; the leader advises each pin and unpin
+    once and reports the pinned client in consumer info."""
     cl = shared_cluster
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[2])
@@ -306,6 +307,14 @@ async def test_pinned_client_and_unpin_through_any_server(shared_cluster: Cluste
     a, b = await cl.connect(node), await cl.connect(node)
     try:
         nxt = "$JS.API.CONSUMER.MSG.NEXT.PIN.c"
+        # On the leader's server: the advisories are published there.
+        events = await a.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.PIN.c")
+
+        async def event() -> tuple[str, str]:
+            msg = await events.next_msg(timeout=10)
+            body = json.loads(msg.data)
+            return msg.subject.split(".")[4], body.get("pinned_id") or body["reason"]
+
         # Not request(): a delivered message carries the stream's subject, not the inbox.
         mine = await a.subscribe(a.new_inbox())
         await a.publish(nxt, b'{"batch": 1, "group": "g"}', reply=mine.subject)
@@ -320,7 +329,13 @@ async def test_pinned_client_and_unpin_through_any_server(shared_cluster: Cluste
         done = await admin.request("$JS.API.CONSUMER.UNPIN.PIN.c", b'{"group": "g"}', timeout=10)
         assert json.loads(done.data) == {"type": "io.nats.jetstream.api.v1.consumer_unpin_response"}
         second = await waiting.next_msg(timeout=10)
-        assert second.headers["Nats-Pin-Id"] not in ("", pin_a)
+        pin_b = second.headers["Nats-Pin-Id"]
+        assert pin_b not in ("", pin_a)
+        assert [await event() for _ in range(3)] == [
+            ("PINNED", pin_a), ("UNPINNED", "admin"), ("PINNED", pin_b)]
+        info = json.loads((await admin.request("$JS.API.CONSUMER.INFO.PIN.c", b"",
+                                               timeout=10)).data)
+        assert info["priority_groups"][0]["pinned_client_id"] == pin_b
     finally:
         for nc in (a, b, admin):
             await nc.close()

@@ -255,3 +255,69 @@ async def test_peer_remove_without_a_spare_server_is_refused(shared_cluster: Clu
     assert len(info.cluster.replicas or []) == 2
     await js.delete_stream("NOSPARE")
     await nc.close()
+
+
+async def test_action_advisories_once_per_committed_change(shared_cluster: Cluster) -> None:
+    """The clustered API advises each stream and consumer create, update and delete once,
+    after the meta group committed it (as nats-server, whose asset leaders advise): one
+    subscriber sees each once, whichever server it is on and whichever server published."""
+    cl = shared_cluster
+    await cl.wait_jetstream()
+    conns = [await cl.connect(node) for node in cl.nodes]
+    try:
+        subs = [await nc.subscribe("$JS.EVENT.ADVISORY.>") for nc in conns]
+        seen: list[set[str]] = [set() for _ in conns]
+
+        async def probes(tag: str) -> bool:
+            """Every subscriber got ``tag`` from every server: interest has spread, and
+            whatever a server published before its probe has arrived (a route keeps order)."""
+            for i, nc in enumerate(conns):
+                await nc.publish(f"$JS.EVENT.ADVISORY.PROBE.{tag}.{i}", b"")
+            for sub, got in zip(subs, seen, strict=True):
+                while len([s for s in got if f".{tag}." in s]) < len(conns):
+                    try:
+                        msg = await sub.next_msg(timeout=0.5)
+                    except nats.errors.TimeoutError:
+                        return False
+                    if ".PROBE." in msg.subject:
+                        got.add(msg.subject)
+                    else:
+                        events[subs.index(sub)].append(msg.subject)
+            return True
+
+        events: list[list[str]] = [[] for _ in conns]
+        await wait_until(lambda: probes("start"), 20, "advisory interest on every server")
+        for got in events:
+            got.clear()  # only what follows counts
+        nc = conns[1]
+
+        async def api(subject: str, body: dict[str, object] | None = None) -> None:
+            data = json.dumps(body).encode() if body is not None else b""
+            answer = json.loads((await nc.request("$JS.API." + subject, data, timeout=20)).data)
+            assert "error" not in answer, answer
+
+        stream = {"name": "ADV", "subjects": ["adv"], "num_replicas": 3}
+        await api("STREAM.CREATE.ADV", stream)
+        await api("STREAM.CREATE.ADV", stream)  # nothing changes: nothing to advise
+        await api("STREAM.UPDATE.ADV", {**stream, "max_msgs": 10})
+        for name in ("d", "e"):
+            durable = {"stream_name": "ADV", "config": {"durable_name": name}}
+            await api(f"CONSUMER.DURABLE.CREATE.ADV.{name}", durable)
+        changed = {"stream_name": "ADV", "config": {"durable_name": "e", "max_deliver": 5}}
+        await api("CONSUMER.DURABLE.CREATE.ADV.e", changed)  # an update: not advised
+        await api("CONSUMER.DELETE.ADV.d")
+        await api("STREAM.DELETE.ADV")  # its consumer e goes with it, advised first
+
+        async def settled() -> bool:
+            return await probes(f"end{len(seen[0])}")
+
+        await wait_until(settled, 20, "the advisories to arrive")
+        prefix = "$JS.EVENT.ADVISORY."
+        expected = [prefix + s for s in (
+            "STREAM.CREATED.ADV", "STREAM.UPDATED.ADV", "CONSUMER.CREATED.ADV.d",
+            "CONSUMER.CREATED.ADV.e", "CONSUMER.DELETED.ADV.d", "CONSUMER.DELETED.ADV.e",
+            "STREAM.DELETED.ADV")]
+        assert events == [expected] * len(conns)
+    finally:
+        for c in conns:
+            await c.close()

@@ -65,7 +65,7 @@ class ConsumerHandle(Protocol):
 
     def deliver_bound(self) -> bool: ...
 
-    def unpin(self) -> None: ...
+    def unpin(self, group: str) -> None: ...
 
 
 class ConsumerSet(Protocol):
@@ -104,9 +104,15 @@ _NAME_RNG = random.Random()
 
 
 def consumer_info(
-    core: ConsumerCore, src: MsgSource, now_ns: int, num_waiting: int, push_bound: bool
+    core: ConsumerCore,
+    src: MsgSource,
+    now_ns: int,
+    num_waiting: int,
+    push_bound: bool,
+    priority_groups: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """ConsumerInfo as nats-server words it (without the ``type`` key)."""
+    """ConsumerInfo as nats-server words it (without the ``type`` key); ``priority_groups``:
+    the state of the consumer's groups (its runtime knows the pinned client)."""
     st = core.state
     # A clustered leader counts what it delivered but has not applied yet (equal otherwise).
     delivered: dict[str, Any] = {
@@ -141,6 +147,8 @@ def consumer_info(
             info["paused"] = True
             info["pause_remaining"] = remaining
     info["ts"] = format_rfc3339_ns(now_ns)
+    if priority_groups:
+        info["priority_groups"] = priority_groups
     return info
 
 
@@ -499,10 +507,10 @@ def handle_unpin(ctx: ApiContext, subject: str, reply: str, data: bytes) -> dict
     try:
         unpin_group(data)
         _, handle = _lookup(ctx, subject)
-        unpin_group(data, handle.cfg)
+        group = unpin_group(data, handle.cfg)
     except ConsumerError as exc:
         return _error(UNPIN_KIND, exc)
-    handle.unpin()
+    handle.unpin(group)
     return {"type": PREFIX + UNPIN_KIND}
 
 

@@ -318,3 +318,111 @@ async def test_ack_none_consumer_takes_no_acks(tmp_path: Path) -> None:
     theirs, ours = await on_both_servers(tmp_path, _ack_none_scenario)
     assert ours == theirs
     assert theirs == ["no responders", ("answered", b"")]
+
+
+async def _pin_events_scenario(url: str) -> list[Any]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.Q", b'{"name": "Q", "subjects": ["q"]}', timeout=2)
+        for _ in range(3):
+            await nc.request("q", b"x", timeout=2)
+        for name, policy in (("o", "overflow"), ("c", "pinned_client")):
+            config: dict[str, Any] = {"durable_name": name, "ack_policy": "explicit",
+                                      "priority_groups": ["g"], "priority_policy": policy}
+            if policy == "pinned_client":
+                config["priority_timeout"] = 500_000_000
+            body = json.dumps({"stream_name": "Q", "config": config}).encode()
+            await nc.request(f"$JS.API.CONSUMER.CREATE.Q.{name}", body, timeout=2)
+        events = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.*.Q.c")
+        await nc.flush()
+        out: list[Any] = []
+        pins: list[str] = []
+
+        def masked(value: Any) -> Any:
+            """Pin ids by the order they were handed out, times as whether they are set."""
+            if isinstance(value, dict):
+                return {k: masked(v) for k, v in value.items()}
+            if isinstance(value, list):
+                return [masked(v) for v in value]
+            if isinstance(value, str) and value in pins:
+                return f"pin{pins.index(value)}"
+            if isinstance(value, str) and value[:4].isdigit() and value.endswith("Z"):
+                return "zero time" if value.startswith("0001-") else "a time"
+            return value
+
+        async def groups(consumer: str) -> None:
+            msg = await nc.request(f"$JS.API.CONSUMER.INFO.Q.{consumer}", b"", timeout=2)
+            out.append(masked(json.loads(msg.data).get("priority_groups", "absent")))
+
+        async def event() -> None:
+            msg = await events.next_msg(timeout=5)
+            body = json.loads(msg.data)
+            assert body.pop("id") and body.pop("timestamp")
+            out.append((msg.subject, masked(body)))
+
+        async def pull() -> None:
+            inbox = nc.new_inbox()
+            sub = await nc.subscribe(inbox)
+            await nc.publish("$JS.API.CONSUMER.MSG.NEXT.Q.c", b'{"batch": 1, "group": "g"}',
+                             reply=inbox)
+            msg = await sub.next_msg(timeout=2)
+            pins.append(msg.headers["Nats-Pin-Id"])
+
+        await groups("o")  # overflow: the group is listed, no client is pinned
+        await groups("c")
+        await pull()
+        await event()  # pinned
+        await groups("c")
+        await nc.request("$JS.API.CONSUMER.UNPIN.Q.c", b'{"group": "g"}', timeout=2)
+        await event()  # unpinned by the API: "admin"
+        await groups("c")
+        await pull()
+        await event()  # pinned again, a new id
+        await event()  # the client stays quiet past priority_timeout: "timeout"
+        await groups("c")
+        await nc.request("$JS.API.CONSUMER.UNPIN.Q.c", b'{"group": "g"}', timeout=2)
+        await event()  # nothing was pinned: still advised
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_pinned_client_in_info_and_advisories(tmp_path: Path) -> None:
+    """Consumer info lists the priority groups with the pinned client's id and since when;
+    the PINNED and UNPINNED advisories tell who got the pin and why it was lost (the API,
+    or the pinned client's silence for priority_timeout)."""
+    theirs, ours = await on_both_servers(tmp_path, _pin_events_scenario)
+    assert ours == theirs
+    pinned = ("$JS.EVENT.ADVISORY.CONSUMER.PINNED.Q.c", {
+        "type": "io.nats.jetstream.advisory.v1.consumer_group_pinned", "account": "$G",
+        "stream": "Q", "consumer": "c", "group": "g", "pinned_id": "pin0"})
+    assert theirs[2] == pinned
+    assert theirs[3] == [{"group": "g", "pinned_client_id": "pin0", "pinned_ts": "a time"}]
+    assert theirs[4][1]["reason"] == "admin"
+    assert theirs[7][1]["reason"] == "timeout"
+
+
+async def _stream_delete_scenario(url: str) -> list[str]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.D", b'{"name": "D", "subjects": ["d"]}', timeout=2)
+        durable = {"stream_name": "D", "config": {"durable_name": "x"}}
+        await nc.request("$JS.API.CONSUMER.CREATE.D.x", json.dumps(durable).encode(), timeout=2)
+        events = await nc.subscribe("$JS.EVENT.ADVISORY.*.*.D.>")
+        stream_events = await nc.subscribe("$JS.EVENT.ADVISORY.STREAM.*.D")
+        await nc.request("$JS.API.STREAM.UPDATE.D", b'{"name": "D", "subjects": ["d"]}', timeout=2)
+        await nc.request("$JS.API.STREAM.DELETE.D", b"", timeout=2)
+        out = [(await stream_events.next_msg(timeout=5)).subject for _ in range(2)]
+        out.append((await events.next_msg(timeout=5)).subject)
+        return out
+    finally:
+        await nc.close()
+
+
+async def test_stream_delete_advises_its_consumers(tmp_path: Path) -> None:
+    """Deleting a stream advises each of its consumers deleted, then the stream; an update
+    that changes nothing is advised all the same."""
+    theirs, ours = await on_both_servers(tmp_path, _stream_delete_scenario)
+    assert ours == theirs
+    assert theirs == ["$JS.EVENT.ADVISORY.STREAM.UPDATED.D", "$JS.EVENT.ADVISORY.STREAM.DELETED.D",
+                      "$JS.EVENT.ADVISORY.CONSUMER.DELETED.D.x"]

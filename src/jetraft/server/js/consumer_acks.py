@@ -10,18 +10,16 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
-from jetraft.jetstream.consumer import Acked, ConsumerCore, Entry, Nakked, Progress
-from jetraft.jetstream.consumer_config import ConsumerConfig
+from jetraft.jetstream.consumer import Acked, Entry, Nakked, Progress
 from jetraft.jetstream.models import format_time
 from jetraft.protocol.client import PubBatch, split_body
-from jetraft.server.core.internal import InternalClient
 from jetraft.server.js.commit import CommitQueue, collect
-from jetraft.server.js.consumer_env import ConsumerOwner, Replicator
+from jetraft.server.js.consumer_env import Replicator, now_ns
+from jetraft.server.js.consumer_pull import PullIntake
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -29,33 +27,20 @@ TERMINATED_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED"
 TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
 
 
-def now_ns() -> int:
-    return time.time_ns()
-
-
 def _ascii_digits(text: str) -> bool:
     # Not str.isdigit() alone: it accepts "²", which int() refuses.
     return text.isascii() and text.isdigit()
 
 
-class AckIntake:
+class AckIntake(PullIntake):
     """Ack handling of ``ConsumerRuntime``, which sets these attributes and provides the
-    methods below that raise here."""
+    methods below that raise here (+NXT is a pull request: ``PullIntake``)."""
 
-    core: ConsumerCore
-    owner: ConsumerOwner
-    client: InternalClient
     replicator: Replicator | None
     queue: CommitQueue | None
-    closed: bool
-    last_activity_ns: int
     last_refused: bool
     _ack_prefix: str
     _ack_replies: list[str]  # acks sent as requests, waiting for the next commit
-
-    @property
-    def cfg(self) -> ConsumerConfig:
-        raise NotImplementedError
 
     def propose(self, entry: Entry, notify: bool = True, touch: bool = True) -> list[int]:
         raise NotImplementedError
@@ -64,12 +49,6 @@ class AckIntake:
         raise NotImplementedError
 
     def changed(self) -> None:
-        raise NotImplementedError
-
-    def kick(self) -> None:
-        raise NotImplementedError
-
-    def pull_request(self, reply: str, data: bytes) -> None:
         raise NotImplementedError
 
     def _arm_ack_timer(self, now: int, due: int = 0) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -76,6 +77,10 @@ class Replicator(Durable, Protocol):
 
 
 # --- routing helpers -----------------------------------------------------------------------
+
+
+def now_ns() -> int:
+    return time.time_ns()
 
 
 def has_interest(account: Account, subject: str) -> bool:

@@ -1,5 +1,6 @@
-"""One consumer on a running server: delivery to pull requests or a push subject, acks,
-redelivery and heartbeat timers, flow control, inactivity cleanup, state commits.
+"""One consumer on a running server: delivery to pull requests or a push subject, redelivery
+and heartbeat timers, flow control, inactivity cleanup, state commits. Acks are
+``consumer_acks``', pull requests ``consumer_pull``'s, the pinned client ``consumer_pin``'s.
 
 The decisions about replicated state are the state machine's (``jetstream.consumer``); every
 change of it goes through ``ConsumerRuntime.propose`` (the seam where RAFT slots in), which
@@ -24,27 +25,20 @@ from jetraft.jetstream.consumer import (
     Entry,
 )
 from jetraft.jetstream.consumer_api import consumer_info
-from jetraft.jetstream.consumer_config import ConsumerConfig, go_duration, parse_rfc3339_ns
-from jetraft.jetstream.pull import (
-    PullError,
-    Status,
-    WaitingRequest,
-    WaitQueue,
-    heartbeat_hdr,
-    parse_pull_request,
-    status,
-)
+from jetraft.jetstream.consumer_config import ConsumerConfig, parse_rfc3339_ns
+from jetraft.jetstream.pull import Status, WaitingRequest, WaitQueue, heartbeat_hdr, status
 from jetraft.protocol.headers import encode_headers
 from jetraft.server.js.commit import CommitQueue, Durable, Prepared
-from jetraft.server.js.consumer_acks import AckIntake, now_ns
+from jetraft.server.js.consumer_acks import AckIntake
 from jetraft.server.js.consumer_env import (
     ConsumerOwner,
     Replicator,
     has_interest,
     headers_only,
+    now_ns,
     write_state,
 )
-from jetraft.server.js.consumer_pin import new_pin, priority_refusal, with_pin_id
+from jetraft.server.js.consumer_pin import new_pin
 
 log = logging.getLogger("jetraft.js.consumers")
 
@@ -65,7 +59,9 @@ def _first_wait_ns(cfg: ConsumerConfig) -> int:
 
 
 class ConsumerRuntime(AckIntake):
-    """One consumer on this server (today always its leader); its acks: ``AckIntake``."""
+    """One consumer on this server (today always its leader); its acks: ``AckIntake``, its
+    pull requests: ``consumer_pull.PullIntake``, its pinned client:
+    ``consumer_pin.PinnedGroups`` (one stack of bases, see ``PinnedGroups``)."""
 
     def __init__(
         self, owner: ConsumerOwner, core: ConsumerCore, replicator: Replicator | None = None
@@ -81,6 +77,7 @@ class ConsumerRuntime(AckIntake):
         self.client = owner.new_client(f"consumer {core.stream} > {core.name}")
         self.waitq = WaitQueue(core.cfg.max_waiting)
         self.waitq.pin = new_pin(core.cfg)
+        self._advised_pin = ""
         self._kicked = False
         self._interest_memo: dict[str, bool] = {}
         self._ack_prefix = f"$JS.ACK.{core.stream}.{core.name}."
@@ -206,11 +203,7 @@ class ConsumerRuntime(AckIntake):
             self._pause_timer.cancel()
             self._pause_timer = None
         self.waitq.max_waiting = cfg.max_waiting
-        if (cfg.priority_policy, cfg.priority_timeout) != (
-            old.priority_policy,
-            old.priority_timeout,
-        ):
-            self.waitq.pin = new_pin(cfg)
+        self._renew_pin(old, cfg)
         if cfg.deliver_subject != old.deliver_subject:
             # Everything outstanding goes to the new deliver subject.
             self._force_expire_pending()
@@ -379,7 +372,7 @@ class ConsumerRuntime(AckIntake):
                 return False
             dsubj = wr.reply
             if wr.pin_id:
-                hdr = with_pin_id(hdr, wr.pin_id)
+                hdr = self._pinned_hdr(hdr, wr.pin_id)
         self.propose(Delivered(dseq, sseq, cand.dc, now), touch=False)
         if self._ack_timer is None or self._ack_due_ns > now + self._first_wait_ns:
             self._arm_ack_timer(now)
@@ -403,15 +396,6 @@ class ConsumerRuntime(AckIntake):
             items = (("Nats-Pending-Messages", "0"), ("Nats-Pending-Bytes", str(wr.b)))
             self._send_status(status(wr.reply, 409, "Batch Completed", items))
         return True
-
-    def _after_run(self, now: int, eos: bool) -> None:
-        if not self.cfg.is_push:
-            for st in self.waitq.process(now, eos, self._interest):
-                self._send_status(st)
-            self._arm_wait_timer(now)
-
-    def _interest(self, subject: str) -> bool:
-        return has_interest(self.env.account, subject)
 
     def _interest_in_run(self, subject: str) -> bool:
         # Interest cannot change while one delivery run holds the loop: remember answers.
@@ -444,108 +428,6 @@ class ConsumerRuntime(AckIntake):
     def _on_unpause(self) -> None:
         self._pause_timer = None
         self.kick()
-
-    def unpin(self) -> None:
-        """CONSUMER.UNPIN: the pinned client loses its pin; waiting requests compete anew."""
-        if self.waitq.pin is not None:
-            self.waitq.pin.clear()
-            self.kick()
-
-    # --- pull requests --------------------------------------------------------------------
-
-    def pull_request(self, reply: str, data: bytes) -> None:
-        if self.closed or not reply:
-            return
-        cfg = self.cfg
-        if cfg.is_push:
-            self._send_status(status(reply, 409, "Consumer is push based"))
-            return
-        try:
-            req = parse_pull_request(data)
-        except PullError as exc:
-            self._send_status(status(reply, exc.code, exc.description))
-            return
-        refusal = self._pull_limits(req.batch, req.expires_ns, req.max_bytes)
-        if refusal:
-            self._send_status(status(reply, 409, refusal))
-            return
-        now = now_ns()
-        if cfg.priority_policy != "none":
-            group_refusal = priority_refusal(cfg, self.waitq.pin, req, now)
-            if group_refusal is not None:
-                self._send_status(status(reply, *group_refusal))
-                return
-        self.last_activity_ns = now
-        if self.waitq.is_full():
-            self._after_run(now, eos=False)
-        if req.no_wait:
-            waiting = self.core.num_pending(self.owner.source()) + len(self.core.rdq)
-            if waiting == 0 and not req.expires_ns:
-                self._send_status(status(reply, 404, "No Messages"))
-                return
-            if waiting:
-                # Expired requests and those whose requester left do not count as pending.
-                self._after_run(now, eos=False)
-            if 0 < waiting < self.waitq.pending_batch():
-                self._send_status(status(reply, 408, "Requests Pending"))
-                return
-        hb = req.idle_heartbeat_ns
-        wr = WaitingRequest(
-            reply=reply,
-            n=req.batch,
-            b=req.max_bytes,
-            expires_at_ns=now + req.expires_ns if req.expires_ns else 0,
-            no_wait=req.no_wait,
-            hb_ns=hb,
-            next_hb_ns=now + hb if hb else 0,
-            received_ns=now,
-            group=req.group,
-            pin_id=req.pin_id,
-        )
-        if not self.waitq.add(wr):
-            if not hb:
-                self._send_status(status(reply, 409, "Exceeded MaxWaiting"))
-            return
-        self.waitq.last_ns = now
-        self.kick()
-        self._arm_wait_timer(now)
-
-    def _pull_limits(self, batch: int, expires_ns: int, max_bytes: int) -> str:
-        cfg = self.cfg
-        if cfg.max_batch > 0 and batch > cfg.max_batch:
-            return f"Exceeded MaxRequestBatch of {cfg.max_batch}"
-        if expires_ns and cfg.max_expires > 0 and expires_ns > cfg.max_expires:
-            return f"Exceeded MaxRequestExpires of {go_duration(cfg.max_expires)}"
-        if max_bytes > 0 and cfg.max_bytes > 0 and max_bytes > cfg.max_bytes:
-            return f"Exceeded MaxRequestMaxBytes of {cfg.max_bytes}"
-        return ""
-
-    def _arm_wait_timer(self, now: int) -> None:
-        due = self.waitq.next_deadline()
-        if self._wait_timer is not None:
-            self._wait_timer.cancel()
-            self._wait_timer = None
-        if due and not self.closed:
-            self._wait_timer = self._later(max(due - now, 0) / 1e9, self._on_wait_timer)
-
-    def _on_wait_timer(self) -> None:
-        self._wait_timer = None
-        if self.closed:
-            return
-        now = now_ns()
-        # As nats-server: a timer (a heartbeat or an expiry is due) ends the no_wait requests
-        # that already got messages, even while max_ack_pending holds delivery back (else
-        # such a request would linger and take messages its requester no longer waits for).
-        # A delivery run already scheduled decides for itself.
-        for st in self.waitq.process(now, not self._kicked, self._interest):
-            self._send_status(st)
-        pin = self.waitq.pin
-        if pin is not None and pin.lapse(now):
-            self.kick()  # the next requester takes the pin
-        core = self.core
-        for st in self.waitq.heartbeats(now, lambda: heartbeat_hdr(core.dseq - 1, core.sseq - 1)):
-            self._send_status(st)
-        self._arm_wait_timer(now)
 
     # --- push: interest, heartbeats, flow control -----------------------------------------
 
@@ -718,4 +600,5 @@ class ConsumerRuntime(AckIntake):
             now_ns=now,
             num_waiting=len(self.waitq),
             push_bound=push_bound,
+            priority_groups=self.priority_groups(),
         )

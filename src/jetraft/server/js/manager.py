@@ -36,7 +36,7 @@ from jetraft.protocol.headers import encode_headers
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.advisories import action_advisory, existed_before
+from jetraft.server.js.advisories import action_advisories, doomed_consumers, existed_before
 from jetraft.server.js.commit import POOL as COMMIT_POOL
 from jetraft.server.js.commit import Barrier, collect, note_job
 from jetraft.server.js.consumers import StreamConsumers
@@ -189,6 +189,7 @@ class JsAccount:
         if api_subject is None:
             return
         existed = existed_before(api_subject, self._exists)
+        doomed = doomed_consumers(api_subject, self._consumers_of)
         # The answer leaves once every change the request made is durable (see ``commit``).
         with collect() as barrier:
             out = self.table.dispatch(self, api_subject, reply or "", hdr, data)
@@ -198,7 +199,7 @@ class JsAccount:
             return
         if barrier.empty:
             self._send(reply or "", out)
-            self._advise(api_subject, out, existed)
+            self._advise(api_subject, out, existed, doomed)
             return
 
         def answer(exc: BaseException | None) -> None:
@@ -206,7 +207,7 @@ class JsAccount:
                 self._send(reply or "", self._not_durable(api_subject, out, exc))
                 return
             self._send(reply or "", out)
-            self._advise(api_subject, out, existed)
+            self._advise(api_subject, out, existed, doomed)
 
         barrier.wait(answer)
 
@@ -214,9 +215,12 @@ class JsAccount:
         found = self._streams.get(stream)
         return found is not None and (not consumer or consumer in found.consumers)
 
-    def _advise(self, api_subject: str, out: Any, existed: bool) -> None:
-        advisory = action_advisory(api_subject, out, existed, time.time_ns())
-        if advisory is not None:
+    def _consumers_of(self, stream: str) -> list[str]:
+        found = self._streams.get(stream)
+        return list(found.consumers) if found is not None else []
+
+    def _advise(self, api_subject: str, out: Any, existed: bool, doomed: list[str]) -> None:
+        for advisory in action_advisories(api_subject, out, existed, doomed, time.time_ns()):
             self.api_client.publish(*advisory)
 
     def _after_creates(self, api_subject: str, barrier: Barrier) -> None:

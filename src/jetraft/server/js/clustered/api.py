@@ -394,11 +394,11 @@ class ClusterApi:
         if runtime is None:
             return
         try:
-            consumer_api.unpin_group(data, runtime.cfg)
+            group = consumer_api.unpin_group(data, runtime.cfg)
         except ApiError as exc:
             self._reply(reply, error_response(kind, exc), error=True)
             return
-        runtime.unpin()
+        runtime.unpin(group)
         self._reply(reply, {"type": TYPE_PREFIX + kind})
 
     # --- direct get --------------------------------------------------------------------------

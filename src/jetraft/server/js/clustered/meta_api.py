@@ -4,6 +4,8 @@ names, list and peer removal, and the system account's server removal.
 A create or update is validated as on a single server, placed (``jetstream.placement``),
 proposed to the meta group and, once committed, answered with the stream's info as its
 new leader reports it; the reply confirms an assignment a quorum of the meta group holds.
+What a committed proposal changed is advised (``$JS.EVENT.ADVISORY.STREAM.CREATED`` etc.)
+by this server, the meta leader that proposed it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from jetraft.jetstream.placement import PlacementError, group_name, select_peers
 from jetraft.jetstream.source_config import check_cycle
 from jetraft.jetstream.stream_config import StreamConfig, check_update, to_wire
 from jetraft.protocol.subjects import filters_overlap
+from jetraft.server.js.advisories import committed_actions, stream_action
 from jetraft.server.js.clustered.group import peer_id
 from jetraft.server.js.clustered.meta_group import MetaUnavailable
 from jetraft.server.js.clustered.subjects import CONSUMER_INFO_SUBJECT, INFO_SUBJECT
@@ -175,10 +178,16 @@ def _place(api: ClusterApi, cfg: StreamConfig, existing: tuple[str, ...] = (),
 
 
 async def _propose(api: ClusterApi, entry: MetaEntry) -> None:
+    """Propose ``entry`` and, once the meta group committed it, publish the action advisories
+    of what it changed. Only the meta leader proposes, and only for the requests it serves,
+    so each change is advised once, and only if it was committed (nats-server has the
+    asset's leader advise once it applies the change)."""
     try:
-        await api.js.meta.propose(entry)
+        changes = await api.js.meta.propose(entry)
     except MetaUnavailable as exc:
         raise _meta_failed(exc) from None
+    for subject, body in committed_actions(changes, time.time_ns()):
+        api.client.publish(subject, body)
 
 
 class _Answered:
@@ -254,6 +263,9 @@ async def _update(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any
     if new != sa:
         # Marked as an update: if a delete is ordered before it, it makes nothing.
         await _propose(api, AssignStream(new, update=True))
+    else:
+        # Nothing to commit; advised all the same, as nats-server and a single server do.
+        api.client.publish(*stream_action(cfg.name, "modify", time.time_ns()))
     return await _stream_answer(api, new, reply, kind, {})
 
 
