@@ -435,7 +435,9 @@ class Stream:
             seq, removed = store.store(subject, hdr, data, ts_ns)
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
-            dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
+            # DedupeWindow.add_new inline (the id was looked up above: it is new).
+            dd[msg_id] = (seq, ts_ns)
+            window.order.append(msg_id)
         self._stored(seq, subject, removed)
         return seq, False
 
@@ -530,9 +532,7 @@ class Stream:
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
         if msg_id and self.config.duplicate_window > 0:
-            dd = self._dedupe.ids  # DedupeWindow.remember, without a call per message
-            dd[msg_id] = (seq, ts_ns)
-            dd.move_to_end(msg_id)
+            self._dedupe.remember(msg_id, seq, ts_ns)
 
     # --- API operations --------------------------------------------------------------------
 
