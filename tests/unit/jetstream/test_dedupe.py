@@ -1,9 +1,11 @@
-"""The dedupe window (a dict and a deque of its ids in order) against the OrderedDict it
-replaced: any sequence of adds, re-adds, prunes, snapshot round trips and clears leaves the
-same ids with the same values in the same order, and the same pruning hint."""
+"""The dedupe window (a dict of ids to sequences, deques of the ids and times in order)
+against the OrderedDict it replaced: any sequence of adds, re-adds, prunes, snapshot round
+trips and clears leaves the same ids with the same values in the same order, and the same
+pruning hint."""
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
 
 from hypothesis import given, settings
@@ -97,3 +99,14 @@ def test_prune_after_a_re_add_keeps_the_younger_entries_behind_it() -> None:
     win.prune(now_ns=60, window=30)  # cutoff 30: b (20) expires, a (50) stays
     assert win.entries() == [("a", 3, 50)]
     assert win.prune_due == 80
+
+
+def test_the_id_map_is_left_alone_by_the_cyclic_collector() -> None:
+    """Ids map to plain ints: a dict holding only strings and ints is untracked, so a full
+    collection does not walk a window of several hundred thousand ids (a dict of tuples is
+    walked entry by entry)."""
+    win = DedupeWindow()
+    for i in range(100):
+        win.add_new(f"id{i}", i + 1, 1_000_000_000 + i)
+    win.remember("id3", 101, 2_000_000_000)
+    assert not gc.is_tracked(win.ids)
