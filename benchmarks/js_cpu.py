@@ -59,6 +59,7 @@ class Transport:
     def writelines(self, data: list[bytes]) -> None:
         for d in data:
             self.buf += d
+        self.wrote.set()
 
     def get_write_buffer_size(self) -> int:
         return 0

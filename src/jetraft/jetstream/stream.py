@@ -417,7 +417,7 @@ class Stream:
                 window.prune(ts_ns, cfg.duplicate_window)
             seen = dd.get(msg_id)
             if seen is not None:
-                return seen[0], True
+                return seen, True
         size_limit = cfg.max_msg_size
         hlen = len(hdr)
         if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
@@ -435,7 +435,10 @@ class Stream:
             seq, removed = store.store(subject, hdr, data, ts_ns)
         self.last_msg_id = msg_id
         if msg_id and cfg.duplicate_window > 0:
-            dd[msg_id] = (seq, ts_ns)  # a new key: it goes last, as _remember puts it
+            # DedupeWindow.add_new inline (the id was looked up above: it is new).
+            dd[msg_id] = seq
+            window.order.append(msg_id)
+            window.times.append(ts_ns)
         self._stored(seq, subject, removed)
         return seq, False
 
@@ -458,7 +461,7 @@ class Stream:
                 self._dedupe.prune(e.ts_ns, cfg.duplicate_window)
                 seen = self._dedupe.ids.get(msg_id)
                 if seen is not None:
-                    return PubAck(e.reply, self.name, seen[0], True, None, self.domain)
+                    return PubAck(e.reply, self.name, seen, True, None, self.domain)
             expected_id = h.get(EXPECTED_LAST_MSG_ID)
             if expected_id is not None and expected_id != self.last_msg_id:
                 return self._nack(e, E.wrong_last_msg_id(self.last_msg_id))
@@ -530,9 +533,7 @@ class Stream:
     def _remember(self, msg_id: str, seq: int, ts_ns: int) -> None:
         self.last_msg_id = msg_id
         if msg_id and self.config.duplicate_window > 0:
-            dd = self._dedupe.ids  # DedupeWindow.remember, without a call per message
-            dd[msg_id] = (seq, ts_ns)
-            dd.move_to_end(msg_id)
+            self._dedupe.remember(msg_id, seq, ts_ns)
 
     # --- API operations --------------------------------------------------------------------
 

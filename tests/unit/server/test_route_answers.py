@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import Account, Subscription
@@ -14,6 +15,7 @@ class Sink:
 
     closed = False
     is_route = False
+    frames_answers = False  # as an internal client: the router delivers one by one
 
     def __init__(self) -> None:
         self.got: list[tuple[str, str, bytes]] = []
@@ -29,6 +31,16 @@ class Sink:
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
         raise AssertionError("not used for answers")
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        msgs = size = 0
+        for subject, data in answers[first:stop]:
+            if self.deliver(sub, subject, None, None, data):
+                msgs += 1
+                size += len(data)
+        return msgs, size
 
 
 def _setup() -> tuple[Router, Account, Sink, Sink]:

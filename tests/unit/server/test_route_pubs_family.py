@@ -41,6 +41,7 @@ class Sink:
 
     closed = False
     is_route = False
+    frames_answers = False
 
     def __init__(self) -> None:
         self.got: list[tuple[str, str, str | None, bytes]] = []

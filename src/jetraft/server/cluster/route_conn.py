@@ -118,6 +118,7 @@ class RouteOwner(Protocol):
 
 class RouteConnection(asyncio.Protocol):
     is_route = True
+    frames_answers = False
 
     def __init__(self, owner: RouteOwner, *, solicited: bool, url: str = "") -> None:
         self.owner = owner
@@ -295,6 +296,11 @@ class RouteConnection(asyncio.Protocol):
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
         return 0  # as ``deliver``: the router forwards to routes itself
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        return 0, 0  # as ``deliver``: the router forwards to routes itself
 
     def forward(
         self,

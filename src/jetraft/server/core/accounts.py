@@ -7,6 +7,7 @@ cluster, a route standing for the interest of the servers behind it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -28,6 +29,14 @@ class Subscriber(Protocol):
         """True for a route: its subscriptions are the remote servers' interest."""
         ...
 
+    @property
+    def frames_answers(self) -> bool:
+        """True when the router may hand this owner a stretch of answers in one call
+        (``deliver_answers``) after matching them all: delivering cannot change who is
+        subscribed, except by closing (and a closed owner takes nothing more). Not so for a
+        component whose handlers may subscribe or unsubscribe."""
+        ...
+
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:
@@ -41,6 +50,14 @@ class Subscriber(Protocol):
         own subject and reply; consecutive runs often share the subject object; ``msgs``
         messages of ``size`` bytes in all) for ``sub``, in order; returns how many were
         delivered (always the first ones)."""
+        ...
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        """Write ``answers[first:stop]`` ((subject, payload), no reply, no headers: the
+        PubAcks of one inbox) for ``sub`` as ``deliver`` would one by one, in order;
+        returns how many were delivered and their payload bytes."""
         ...
 
 

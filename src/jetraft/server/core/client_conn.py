@@ -9,6 +9,7 @@ import logging
 import operator
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
@@ -74,6 +75,7 @@ class ClientConnection(asyncio.Protocol):
     """The server's side of one client. Created by the listener, owned by the Server."""
 
     is_route = False
+    frames_answers = True  # only auto-unsubscribe changes interest; deliver_answers sees it
 
     def __init__(self, server: ClientHost, cid: int) -> None:
         self.server = server
@@ -451,6 +453,66 @@ class ClientConnection(asyncio.Protocol):
         if sub.max_msgs and sub.delivered >= sub.max_msgs:
             self.remove_sub(sub)
         return True
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        """Write ``answers[first:stop]`` (no reply, no headers: the PubAcks of one inbox) for
+        ``sub``: the frames ``deliver`` writes one by one, joined into one piece, with the
+        counters updated once, and a flush where ``deliver`` would flush."""
+        if self.closed:
+            return 0, 0
+        if self.perms is not None or sub.max_msgs:
+            msgs = size = 0
+            for i in range(first, stop):
+                subject, data = answers[i]
+                if self.deliver(sub, subject, None, None, data):
+                    msgs += 1
+                    size += len(data)
+            return msgs, size
+        out = self._out
+        sid = sub.sid
+        parts: list[bytes] = []
+        msgs = size = 0  # delivered in all
+        held = held_size = 0  # in ``parts``, not yet counted
+        pending = self._out_bytes
+        for i in range(first, stop):
+            if not out and not self._flush_scheduled:
+                self._flush_scheduled = True
+                self._call_soon(self.flush)
+            subject, data = answers[i]
+            n = len(data)
+            parts.append(f"MSG {subject} {sid} {n}\r\n".encode())
+            parts.append(data)
+            parts.append(b"\r\n")
+            held += 1
+            held_size += n
+            pending += n
+            if pending > _FLUSH_BYTES:  # ``deliver`` flushes after such a message
+                out.append(b"".join(parts))
+                parts.clear()
+                self._count_answers(sub, held, held_size, pending)
+                msgs += held
+                size += held_size
+                held = held_size = 0
+                if self._flush_closes():  # a slow consumer: nothing more for it
+                    return msgs, size
+                pending = self._out_bytes
+        if parts:
+            out.append(b"".join(parts))
+            self._count_answers(sub, held, held_size, pending)
+        return msgs + held, size + held_size
+
+    def _flush_closes(self) -> bool:
+        """Flush; True when that closed the connection."""
+        self.flush()
+        return self.closed
+
+    def _count_answers(self, sub: Subscription, msgs: int, size: int, pending: int) -> None:
+        self._out_bytes = pending
+        self.out_msgs += msgs
+        self.out_bytes += size
+        sub.delivered += msgs
 
     def deliver_run(
         self,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
@@ -27,6 +27,7 @@ class InternalClient:
 
     closed = False
     is_route = False
+    frames_answers = False  # handlers may (un)subscribe while answers are delivered
     echo = True
     headers = True
     no_responders = False
@@ -130,6 +131,17 @@ class InternalClient:
             # A bug in one component must not take down the publisher's connection.
             log.exception("internal handler %s failed on %s", self.name, subject)
         return True
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        msgs = size = 0
+        for i in range(first, stop):
+            subject, data = answers[i]
+            if self.deliver(sub, subject, None, None, data):
+                msgs += 1
+                size += len(data)
+        return msgs, size
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int

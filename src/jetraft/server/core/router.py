@@ -158,8 +158,10 @@ class Router:
         """Messages from server components without reply or headers, in order (the PubAcks
         of one commit): as ``route_message`` for each, with the subject matched once per
         stretch of equal subjects (or of reply subjects of one inbox, see
-        ``SubList.match_family``), the account counted once, and what goes to another
-        server in one ANSWERS frame per route (``forward_answers``)."""
+        ``SubList.match_family``), the account counted once, what goes to another server
+        in one ANSWERS frame per route (``forward_answers``), and a stretch whose only
+        local receiver is one subscription (a publisher's inbox) written to it in one call
+        (``deliver_answers``)."""
         sublist = account.sublist
         last: str | None = None
         stem: str | None = None  # the answer holds for "<stem><token>" while gen is current
@@ -170,7 +172,14 @@ class Router:
         simple = False
         remote: dict[RouteSubscriber, tuple[list[str], list[bytes]]] = {}
         in_msgs = in_bytes = out_msgs = out_bytes = 0
-        for subject, data in answers:
+        # The one local subscription of the current match, when that is all there is, its
+        # owner ``frames_answers`` and it has no message limit (a limit ends it during
+        # delivery: those go one by one, each subject matched after the last delivery);
+        # answers[held:i] wait for it.
+        one: Subscription | None = None
+        held = 0
+        for i in range(len(answers)):
+            subject, data = answers[i]
             if subject != last:
                 last = subject
                 if not (
@@ -183,23 +192,33 @@ class Router:
                     match, stem = sublist.match_family(subject)
                     gen = sublist.generation
                     if match is not last_match:  # unique reply subjects often share one
+                        if one is not None and held < i:
+                            msgs, size = one.conn.deliver_answers(one, answers, held, i)
+                            out_msgs += msgs
+                            out_bytes += size
+                        held = i
                         last_match = match
                         simple = not match.queues
                         local = [s for s in match.plain if not s.conn.is_route]
+                        one = local[0] if len(local) == 1 else None
+                        if one is not None and (one.max_msgs or not one.conn.frames_answers):
+                            one = None
                         # One copy per route, however many of its subscriptions match.
                         routes = list(dict.fromkeys(
                             cast(RouteSubscriber, s.conn) for s in match.plain if s.conn.is_route
                         ))
             if not simple:
                 self.route_message(None, account, subject, None, None, data)
+                held = i + 1
                 continue
             size = len(data)
             in_msgs += 1
             in_bytes += size
-            for sub in local:
-                if sub.conn.deliver(sub, subject, None, None, data):
-                    out_msgs += 1
-                    out_bytes += size
+            if one is None:
+                for sub in local:
+                    if sub.conn.deliver(sub, subject, None, None, data):
+                        out_msgs += 1
+                        out_bytes += size
             for route in routes:
                 out = remote.get(route)
                 if out is None:
@@ -208,6 +227,10 @@ class Router:
                 out[1].append(data)
                 out_msgs += 1
                 out_bytes += size
+        if one is not None and held < len(answers):
+            msgs, size = one.conn.deliver_answers(one, answers, held, len(answers))
+            out_msgs += msgs
+            out_bytes += size
         for route, (subjects, bodies) in remote.items():
             route.forward_answers(account, subjects, bodies)
         account.stats.add(in_msgs, in_bytes, out_msgs, out_bytes)
