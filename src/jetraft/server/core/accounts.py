@@ -61,6 +61,25 @@ class Subscriber(Protocol):
         ...
 
 
+
+def deliver_each(
+    owner: Subscriber,
+    sub: Subscription,
+    answers: Sequence[tuple[str, bytes]],
+    first: int,
+    stop: int,
+) -> tuple[int, int]:
+    """``Subscriber.deliver_answers`` one ``deliver`` at a time, for owners that cannot take a
+    run in one piece (or a connection whose permissions or message limit decide per message)."""
+    msgs = size = 0
+    for i in range(first, stop):
+        subject, data = answers[i]
+        if owner.deliver(sub, subject, None, None, data):
+            msgs += 1
+            size += len(data)
+    return msgs, size
+
+
 class Subscription:
     __slots__ = (
         "conn",

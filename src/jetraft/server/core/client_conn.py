@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
-from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.accounts import Account, Subscription, deliver_each
 from jetraft.server.core.auth import Authenticator, ConnectInfo, Permissions, User
 from jetraft.server.core.router import Router
 from jetraft.server.core.tls import peer_certificate
@@ -463,13 +463,7 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return 0, 0
         if self.perms is not None or sub.max_msgs:
-            msgs = size = 0
-            for i in range(first, stop):
-                subject, data = answers[i]
-                if self.deliver(sub, subject, None, None, data):
-                    msgs += 1
-                    size += len(data)
-            return msgs, size
+            return deliver_each(self, sub, answers, first, stop)
         out = self._out
         sid = sub.sid
         parts: list[bytes] = []

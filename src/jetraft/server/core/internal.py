@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from jetraft.protocol.client import PubBatch, split_body
-from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.accounts import Account, Subscription, deliver_each
 from jetraft.server.core.router import Router
 
 log = logging.getLogger("jetraft.internal")
@@ -135,13 +135,7 @@ class InternalClient:
     def deliver_answers(
         self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
     ) -> tuple[int, int]:
-        msgs = size = 0
-        for i in range(first, stop):
-            subject, data = answers[i]
-            if self.deliver(sub, subject, None, None, data):
-                msgs += 1
-                size += len(data)
-        return msgs, size
+        return deliver_each(self, sub, answers, first, stop)
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
