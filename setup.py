@@ -61,6 +61,7 @@ MYPYC_MODULES = [
     "src/jetraft/jetstream/models.py",
     "src/jetraft/server/js/streams.py",
     "src/jetraft/server/js/consumers.py",
+    "src/jetraft/server/js/consumer_events.py",
     "src/jetraft/server/js/consumer_pin.py",
     "src/jetraft/server/js/consumer_pull.py",
     "src/jetraft/server/js/consumer_acks.py",

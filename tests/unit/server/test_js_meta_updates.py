@@ -35,6 +35,7 @@ class _Js:
     def __init__(self, state: MetaState) -> None:
         self.meta = _Meta(state)
         self.cluster_name = "C1"
+        self.domain = ""
         self.rng = random.Random(1)
         self.config = type("Cfg", (), {"unique_tag": ""})()
 

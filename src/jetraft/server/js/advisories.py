@@ -1,12 +1,15 @@
 """JetStream advisories: the events nats-server publishes on ``$JS.EVENT.ADVISORY.*`` when a
-stream or consumer is created, changed or deleted through the API, and when a pinned_client
-consumer's group gets or loses its pinned client. Tools and client libraries (nats.js's
-``jsm.advisories()``) watch for them.
+stream or consumer is created, changed or deleted through the API, when a pinned_client
+consumer's group gets or loses its pinned client, and when a consumer's message is nakked,
+terminated or runs out of deliveries, or the consumer is paused or resumed; and the sampled
+ack metric on ``$JS.EVENT.METRIC.CONSUMER.ACK.*``. Tools and client libraries (nats.js's
+``jsm.advisories()``, dead-letter handlers watching MAX_DELIVERIES) watch for them.
 
 One server: an action advisory is derived from the API answer that made the change (so only
 successful changes advise), and published once that answer has gone out. A cluster: from
 the changes the meta group committed (``committed_actions``), by the meta leader that
-proposed them. The pin advisories come from the consumer's leader (``consumer_pin``).
+proposed them. The pin, delivery and pause advisories come from the consumer's leader
+(``consumer_events``). A JetStream domain, when configured, is named in each (``domain``).
 """
 
 from __future__ import annotations
@@ -20,34 +23,173 @@ from jetraft.jetstream.meta import Change, StreamChanged
 from jetraft.jetstream.models import format_time
 
 PREFIX = "$JS.EVENT.ADVISORY."
+METRIC_PREFIX = "$JS.EVENT.METRIC."
 _API = "io.nats.jetstream.api.v1."
 _STREAM_TYPE = "io.nats.jetstream.advisory.v1.stream_action"
 _CONSUMER_TYPE = "io.nats.jetstream.advisory.v1.consumer_action"
 _PINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_pinned"
 _UNPINNED_TYPE = "io.nats.jetstream.advisory.v1.consumer_group_unpinned"
+_MAX_DELIVER_TYPE = "io.nats.jetstream.advisory.v1.max_deliver"
+_NAK_TYPE = "io.nats.jetstream.advisory.v1.nak"
+_TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
+_PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"
+_ACK_METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
+# Go's zero time, which nats-server's pause advisory carries when no pause is set.
+_ZERO_TIME = "0001-01-01T00:00:00Z"
 
 
-def _event(kind: str, now_ns: int, **fields: str) -> bytes:
+def _event(kind: str, now_ns: int, domain: str = "", **fields: object) -> bytes:
     body = {"type": kind, "id": secrets.token_hex(11), "timestamp": format_time(now_ns), **fields}
+    if domain:
+        body["domain"] = domain
     return json.dumps(body, separators=(",", ":")).encode()
 
 
-def stream_action(name: str, action: str, now_ns: int) -> tuple[str, bytes]:
+def stream_action(name: str, action: str, now_ns: int, domain: str = "") -> tuple[str, bytes]:
     """A stream's action advisory; ``action``: create, modify or delete."""
     what = {"create": "CREATED", "modify": "UPDATED", "delete": "DELETED"}[action]
-    body = _event(_STREAM_TYPE, now_ns, stream=name, action=action)
+    body = _event(_STREAM_TYPE, now_ns, domain, stream=name, action=action)
     return f"{PREFIX}STREAM.{what}.{name}", body
 
 
-def consumer_action(stream: str, name: str, action: str, now_ns: int) -> tuple[str, bytes]:
+def consumer_action(
+    stream: str, name: str, action: str, now_ns: int, domain: str = ""
+) -> tuple[str, bytes]:
     """A consumer's action advisory; ``action``: create or delete (nats-server advises no
     consumer update)."""
     what = {"create": "CREATED", "delete": "DELETED"}[action]
-    body = _event(_CONSUMER_TYPE, now_ns, stream=stream, consumer=name, action=action)
+    body = _event(_CONSUMER_TYPE, now_ns, domain, stream=stream, consumer=name, action=action)
     return f"{PREFIX}CONSUMER.{what}.{stream}.{name}", body
 
 
-def committed_actions(changes: Iterable[Change], now_ns: int) -> list[tuple[str, bytes]]:
+# --- a consumer's deliveries, acks and pause (sent by its leader) -----------------------------
+
+
+def max_deliveries_subject(stream: str, consumer: str) -> str:
+    return f"{PREFIX}CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+
+
+def max_deliveries(
+    stream: str, consumer: str, sseq: int, deliveries: int, now_ns: int, domain: str = ""
+) -> bytes:
+    """A message was delivered max_deliver times without an ack: it will not be delivered
+    again (dead-letter handlers watch for this)."""
+    return _event(
+        _MAX_DELIVER_TYPE,
+        now_ns,
+        domain,
+        stream=stream,
+        consumer=consumer,
+        stream_seq=sseq,
+        deliveries=deliveries,
+    )
+
+
+def nakked_subject(stream: str, consumer: str) -> str:
+    return f"{PREFIX}CONSUMER.MSG_NAKED.{stream}.{consumer}"
+
+
+def nakked(
+    stream: str,
+    consumer: str,
+    dseq: int,
+    sseq: int,
+    deliveries: int,
+    now_ns: int,
+    domain: str = "",
+) -> bytes:
+    """A pending message was nakked (with or without a delay)."""
+    return _event(
+        _NAK_TYPE,
+        now_ns,
+        domain,
+        stream=stream,
+        consumer=consumer,
+        consumer_seq=dseq,
+        stream_seq=sseq,
+        deliveries=deliveries,
+    )
+
+
+def terminated_subject(stream: str, consumer: str) -> str:
+    return f"{PREFIX}CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
+
+
+def terminated(
+    stream: str,
+    consumer: str,
+    dseq: int,
+    sseq: int,
+    deliveries: int,
+    reason: str,
+    now_ns: int,
+    domain: str = "",
+) -> bytes:
+    """A message was terminated (+TERM, with its reason when one was given)."""
+    fields: dict[str, object] = {
+        "stream": stream,
+        "consumer": consumer,
+        "consumer_seq": dseq,
+        "stream_seq": sseq,
+        "deliveries": deliveries,
+    }
+    if reason:
+        fields["reason"] = reason
+    return _event(_TERMINATED_TYPE, now_ns, domain, **fields)
+
+
+def ack_metric_subject(stream: str, consumer: str) -> str:
+    return f"{METRIC_PREFIX}CONSUMER.ACK.{stream}.{consumer}"
+
+
+def ack_metric(
+    stream: str,
+    consumer: str,
+    dseq: int,
+    sseq: int,
+    ack_time_ns: int,
+    deliveries: int,
+    now_ns: int,
+    domain: str = "",
+) -> bytes:
+    """A sampled ack (the consumer's sample_freq): ``ack_time_ns``, how long after its last
+    delivery the message was acked."""
+    return _event(
+        _ACK_METRIC_TYPE,
+        now_ns,
+        domain,
+        stream=stream,
+        consumer=consumer,
+        consumer_seq=dseq,
+        stream_seq=sseq,
+        ack_time=ack_time_ns,
+        deliveries=deliveries,
+    )
+
+
+def pause_subject(stream: str, consumer: str) -> str:
+    return f"{PREFIX}CONSUMER.PAUSE.{stream}.{consumer}"
+
+
+def pause(
+    stream: str, consumer: str, pause_until: str, paused: bool, now_ns: int, domain: str = ""
+) -> bytes:
+    """A consumer's pause was set or changed (``pause_until`` its configured end, "" when
+    none), or ran out (``paused`` False)."""
+    return _event(
+        _PAUSE_TYPE,
+        now_ns,
+        domain,
+        stream=stream,
+        consumer=consumer,
+        paused=paused,
+        pause_until=pause_until or _ZERO_TIME,
+    )
+
+
+def committed_actions(
+    changes: Iterable[Change], now_ns: int, domain: str = ""
+) -> list[tuple[str, bytes]]:
     """The action advisories of changes the meta group committed, in their order (removing
     a stream removes its consumers first: each is advised, as nats-server does). A changed
     consumer advises nothing."""
@@ -57,19 +199,26 @@ def committed_actions(changes: Iterable[Change], now_ns: int) -> list[tuple[str,
             continue
         action = "create" if change.old is None else "delete" if change.new is None else "modify"
         if isinstance(change, StreamChanged):
-            out.append(stream_action(change.key[1], action, now_ns))
+            out.append(stream_action(change.key[1], action, now_ns, domain))
         elif action != "modify":
-            out.append(consumer_action(change.key[1], change.key[2], action, now_ns))
+            out.append(consumer_action(change.key[1], change.key[2], action, now_ns, domain))
     return out
 
 
 def pinned(
-    account: str, stream: str, consumer: str, group: str, pin_id: str, now_ns: int
+    account: str,
+    stream: str,
+    consumer: str,
+    group: str,
+    pin_id: str,
+    now_ns: int,
+    domain: str = "",
 ) -> tuple[str, bytes]:
     """A priority group got a new pinned client (``pin_id``, its Nats-Pin-Id)."""
     body = _event(
         _PINNED_TYPE,
         now_ns,
+        domain,
         account=account,
         stream=stream,
         consumer=consumer,
@@ -80,13 +229,20 @@ def pinned(
 
 
 def unpinned(
-    account: str, stream: str, consumer: str, group: str, reason: str, now_ns: int
+    account: str,
+    stream: str,
+    consumer: str,
+    group: str,
+    reason: str,
+    now_ns: int,
+    domain: str = "",
 ) -> tuple[str, bytes]:
     """A priority group's pin was taken (``reason`` "admin": CONSUMER.UNPIN) or lapsed
     ("timeout": the pinned client sent no pull request for priority_timeout)."""
     body = _event(
         _UNPINNED_TYPE,
         now_ns,
+        domain,
         account=account,
         stream=stream,
         consumer=consumer,
@@ -120,21 +276,27 @@ def doomed_consumers(api_subject: str, consumers_of: Callable[[str], Iterable[st
 
 
 def action_advisories(
-    api_subject: str, out: Any, existed: bool, doomed: Iterable[str], now_ns: int
+    api_subject: str,
+    out: Any,
+    existed: bool,
+    doomed: Iterable[str],
+    now_ns: int,
+    domain: str = "",
 ) -> list[tuple[str, bytes]]:
     """(subject, body) of the advisories an API answer calls for; ``doomed``: what
     ``doomed_consumers`` found before the request."""
-    advisory = _action_advisory(api_subject, out, existed, now_ns)
+    advisory = _action_advisory(api_subject, out, existed, now_ns, domain)
     if advisory is None:
         return []
     if advisory[0].startswith(f"{PREFIX}STREAM.DELETED."):
         stream = api_subject.split(".")[4]
-        return [consumer_action(stream, name, "delete", now_ns) for name in doomed] + [advisory]
+        deleted = [consumer_action(stream, name, "delete", now_ns, domain) for name in doomed]
+        return [*deleted, advisory]
     return [advisory]
 
 
 def _action_advisory(
-    api_subject: str, out: Any, existed: bool, now_ns: int
+    api_subject: str, out: Any, existed: bool, now_ns: int, domain: str
 ) -> tuple[str, bytes] | None:
     if not isinstance(out, dict) or "error" in out:
         return None
@@ -148,13 +310,13 @@ def _action_advisory(
             return None
         name = str(out.get("config", {}).get("name", ""))
         return stream_action(
-            name, "create" if kind == "stream_create_response" else "modify", now_ns
+            name, "create" if kind == "stream_create_response" else "modify", now_ns, domain
         )
     if kind == "stream_delete_response" and out.get("success") and len(toks) == 5:
-        return stream_action(toks[4], "delete", now_ns)
+        return stream_action(toks[4], "delete", now_ns, domain)
     if kind == "consumer_create_response" and not existed:
         stream, name = str(out.get("stream_name", "")), str(out.get("name", ""))
-        return consumer_action(stream, name, "create", now_ns)
+        return consumer_action(stream, name, "create", now_ns, domain)
     if kind == "consumer_delete_response" and out.get("success") and len(toks) == 6:
-        return consumer_action(toks[4], toks[5], "delete", now_ns)
+        return consumer_action(toks[4], toks[5], "delete", now_ns, domain)
     return None

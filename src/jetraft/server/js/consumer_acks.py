@@ -8,23 +8,17 @@ the consumer group's entry that holds them).
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import uuid
 from collections.abc import Sequence
 
 from jetraft.jetstream.acks import parse_ack_subject, parse_nak_delay
 from jetraft.jetstream.consumer import Acked, Entry, Nakked, Progress
-from jetraft.jetstream.models import format_time
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.js.commit import CommitQueue, collect
 from jetraft.server.js.consumer_env import Replicator, now_ns
 from jetraft.server.js.consumer_pull import PullIntake
 
 log = logging.getLogger("jetraft.js.consumers")
-
-TERMINATED_ADVISORY = "$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED"
-TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
 
 
 def _ascii_digits(text: str) -> bool:
@@ -71,7 +65,8 @@ class AckIntake(PullIntake):
         self.last_activity_ns = now = now_ns()
         body = data.strip() if data else b""
         if body.startswith(b"+TERM"):
-            self._advise_terminated(subject, sseq, dseq, body[5:], now)
+            info = parse_ack_subject(subject)
+            self.advise_terminated(sseq, dseq, info.dc if info is not None else 1, body[5:])
         if not reply:
             self._apply_ack(body, sseq, dseq, None, now)
             return
@@ -127,6 +122,7 @@ class AckIntake(PullIntake):
         explicit: list[int] | None = (
             [] if replicator is None and core.cfg.ack_policy == "explicit" else None
         )
+        sampling = self._sample_pct > 0 and core.cfg.ack_policy == "explicit"
         taken = 0
         try:
             for r in range(first, stop):
@@ -148,6 +144,8 @@ class AckIntake(PullIntake):
                             if sseq >= core.sseq and sseq > st.delivered.stream_seq:
                                 continue  # not delivered yet: ignored, as by ``_ack``
                             taken += 1
+                            if sampling:
+                                self.sample_ack(sseq, int(parts[2]), now)
                             if explicit is not None:
                                 explicit.append(sseq)
                             elif replicator is None:
@@ -216,29 +214,6 @@ class AckIntake(PullIntake):
             return False
         return True
 
-    def _advise_terminated(
-        self, subject: str, sseq: int, dseq: int, reason: bytes, now: int
-    ) -> None:
-        """The MSG_TERMINATED advisory nats-server sends for every +TERM (tools and nats.js's
-        advisories() watch for it)."""
-        info = parse_ack_subject(subject)
-        core = self.core
-        event: dict[str, object] = {
-            "type": TERMINATED_TYPE,
-            "id": uuid.uuid4().hex[:22],
-            "timestamp": format_time(now),
-            "stream": core.stream,
-            "consumer": core.name,
-            "consumer_seq": dseq,
-            "stream_seq": sseq,
-            "deliveries": info.dc if info is not None else 1,
-        }
-        text = reason.strip().decode(errors="replace")
-        if text:
-            event["reason"] = text
-        advisory = f"{TERMINATED_ADVISORY}.{core.stream}.{core.name}"
-        self.client.publish(advisory, json.dumps(event, separators=(",", ":")).encode())
-
     def _acks_answered(self, replies: list[str], exc: BaseException | None) -> None:
         if exc is None:
             publish = self.client.publish
@@ -265,6 +240,8 @@ class AckIntake(PullIntake):
         limit = core.cfg.max_ack_pending
         was_full = 0 < limit <= len(core.state.pending)
         core.last_ack_ns = self.last_activity_ns
+        if self._sample_pct and not term and core.cfg.ack_policy == "explicit":
+            self.sample_ack(sseq, dseq, self.last_activity_ns)
         self.propose(Acked(sseq, dseq, term))
         if was_full and len(core.state.pending) < limit:
             self.kick()
@@ -275,6 +252,7 @@ class AckIntake(PullIntake):
         st = core.state
         if dseq <= st.ack_floor.consumer_seq or dseq >= core.dseq or not core.is_pending(sseq):
             return
+        self.advise_nak(sseq, dseq)
         delay = parse_nak_delay(arg)
         ack_wait = self.cfg.ack_wait
         if delay is not None and delay > 0:

@@ -26,6 +26,7 @@ class ConsumerEnv:
     router: Router
     account: Account
     rng: random.Random
+    domain: str = ""  # the JetStream domain, named in the consumer's advisories
 
 
 class ConsumerOwner(Protocol):

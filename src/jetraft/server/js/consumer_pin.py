@@ -8,14 +8,12 @@ from __future__ import annotations
 import secrets
 import time
 
-from jetraft.jetstream.consumer import ConsumerCore
 from jetraft.jetstream.consumer_config import ConsumerConfig
 from jetraft.jetstream.models import format_time
 from jetraft.jetstream.pull import Pin, PullRequest, WaitQueue
 from jetraft.protocol.headers import encode_headers
-from jetraft.server.core.internal import InternalClient
 from jetraft.server.js import advisories
-from jetraft.server.js.consumer_env import ConsumerEnv
+from jetraft.server.js.consumer_events import ConsumerEvents
 
 PIN_HEADER = "Nats-Pin-Id"
 
@@ -57,23 +55,17 @@ def priority_refusal(
     return None
 
 
-class PinnedGroups:
+class PinnedGroups(ConsumerEvents):
     """The pinned client of a ``ConsumerRuntime``: who holds the pin, when it lapses, taking
     it away (CONSUMER.UNPIN), the advisories of both, and the groups in consumer info. The
     runtime sets the attributes and provides the methods below that raise here.
 
-    The runtime's halves stack by single inheritance (``PinnedGroups`` <- ``PullIntake`` <-
-    ``AckIntake`` <- ``ConsumerRuntime``): mypyc compiles a class with one base."""
+    The runtime's halves stack by single inheritance (``ConsumerEvents`` <- ``PinnedGroups``
+    <- ``PullIntake`` <- ``AckIntake`` <- ``ConsumerRuntime``): mypyc compiles a class with
+    one base."""
 
-    core: ConsumerCore
-    env: ConsumerEnv
-    client: InternalClient
     waitq: WaitQueue
     _advised_pin: str  # the last pin id a PINNED advisory named
-
-    @property
-    def cfg(self) -> ConsumerConfig:
-        raise NotImplementedError
 
     def kick(self) -> None:
         raise NotImplementedError
@@ -101,7 +93,13 @@ class PinnedGroups:
             core = self.core
             self._advise(
                 advisories.pinned(
-                    self.env.account.name, core.stream, core.name, group, pin_id, time.time_ns()
+                    self.env.account.name,
+                    core.stream,
+                    core.name,
+                    group,
+                    pin_id,
+                    time.time_ns(),
+                    self.env.domain,
                 )
             )
         return with_pin_id(hdr, pin_id)
@@ -129,12 +127,15 @@ class PinnedGroups:
         core = self.core
         self._advise(
             advisories.unpinned(
-                self.env.account.name, core.stream, core.name, group, reason, time.time_ns()
+                self.env.account.name,
+                core.stream,
+                core.name,
+                group,
+                reason,
+                time.time_ns(),
+                self.env.domain,
             )
         )
-
-    def _advise(self, advisory: tuple[str, bytes]) -> None:
-        self.client.publish(*advisory)
 
     def priority_groups(self) -> list[dict[str, str]] | None:
         """``priority_groups`` of consumer info: as nats-server, the first group only, its

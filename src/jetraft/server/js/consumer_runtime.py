@@ -23,6 +23,7 @@ from jetraft.jetstream.consumer import (
     ConsumerCore,
     Delivered,
     Entry,
+    Exhausted,
 )
 from jetraft.jetstream.consumer_api import consumer_info
 from jetraft.jetstream.consumer_config import ConsumerConfig, parse_rfc3339_ns
@@ -38,6 +39,7 @@ from jetraft.server.js.consumer_env import (
     now_ns,
     write_state,
 )
+from jetraft.server.js.consumer_events import sample_percent
 from jetraft.server.js.consumer_pin import new_pin
 
 log = logging.getLogger("jetraft.js.consumers")
@@ -78,6 +80,7 @@ class ConsumerRuntime(AckIntake):
         self.waitq = WaitQueue(core.cfg.max_waiting)
         self.waitq.pin = new_pin(core.cfg)
         self._advised_pin = ""
+        self._sample_pct = sample_percent(core.cfg)
         self._kicked = False
         self._interest_memo: dict[str, bool] = {}
         self._ack_prefix = f"$JS.ACK.{core.stream}.{core.name}."
@@ -170,6 +173,7 @@ class ConsumerRuntime(AckIntake):
             self._arm_hb_timer()
         else:
             self._arm_inactive_timer()
+        self._paused()  # created paused: the timer that advises the pause's end
         self.kick()
 
     def stop(self, deleted: bool, leadership: bool = False) -> None:
@@ -199,9 +203,13 @@ class ConsumerRuntime(AckIntake):
         old = self.core.cfg
         self.core.update_config(cfg)
         self._first_wait_ns = _first_wait_ns(cfg)
+        self._sample_pct = sample_percent(cfg)
         if self._pause_timer is not None:
             self._pause_timer.cancel()
             self._pause_timer = None
+        if cfg.pause_until != old.pause_until:
+            self.advise_pause()
+            self._paused()  # arms the timer that advises the pause's end
         self.waitq.max_waiting = cfg.max_waiting
         self._renew_pin(old, cfg)
         if cfg.deliver_subject != old.deliver_subject:
@@ -302,6 +310,8 @@ class ConsumerRuntime(AckIntake):
                 if step is None:
                     break
                 if not isinstance(step, Candidate):
+                    if type(step) is Exhausted:
+                        self.advise_max_deliveries(step.sseq, step.dc)
                     self.propose(step)
                     continue
                 if replay and self._replay_wait(step, now):
@@ -427,6 +437,9 @@ class ConsumerRuntime(AckIntake):
 
     def _on_unpause(self) -> None:
         self._pause_timer = None
+        if self.closed or self._paused():
+            return  # closed, or woken early (timers are capped): re-armed
+        self.advise_pause()
         self.kick()
 
     # --- push: interest, heartbeats, flow control -----------------------------------------
@@ -529,6 +542,7 @@ class ConsumerRuntime(AckIntake):
         now = now_ns()
         exhausted, next_due = self.core.check_pending(now)
         for entry in exhausted:
+            self.advise_max_deliveries(entry.sseq, entry.dc)
             self.propose(entry)
         if self.core.has_redeliveries():
             self.kick()

@@ -220,7 +220,8 @@ class JsAccount:
         return list(found.consumers) if found is not None else []
 
     def _advise(self, api_subject: str, out: Any, existed: bool, doomed: list[str]) -> None:
-        for advisory in action_advisories(api_subject, out, existed, doomed, time.time_ns()):
+        now = time.time_ns()
+        for advisory in action_advisories(api_subject, out, existed, doomed, now, self._domain):
             self.api_client.publish(*advisory)
 
     def _after_creates(self, api_subject: str, barrier: Barrier) -> None:

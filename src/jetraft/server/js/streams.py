@@ -101,7 +101,7 @@ class StreamRuntime:
         # Consumers observe the stream themselves; their set doubles as the stream's
         # retention registry, and their "no longer needed" comes back through our propose.
         self.cipher = cipher  # encryption at rest: the stream's record cipher
-        env = ConsumerEnv(acct.router, acct.account, acct.rng)
+        env = ConsumerEnv(acct.router, acct.account, acct.rng, stream.domain)
         self.consumers = StreamConsumers(env, self, cipher=cipher, created=created)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
         stream.add_observer(self)

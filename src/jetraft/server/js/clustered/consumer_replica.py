@@ -101,7 +101,7 @@ class ConsumerReplica:
         self.group = RaftGroup(host, ca.group, self, () if joining else ca.peers,
                                on_role=self._on_role)
         self.runtime: ConsumerRuntime | None = None
-        self.env = ConsumerEnv(host.router, account, random.Random())
+        self.env = ConsumerEnv(host.router, account, random.Random(), host.domain)
         self.next_client = InternalClient(host.router, account, f"pull {ca.stream} > {ca.name}")
         self.closed = False
         self._last: asyncio.Future[Any] | None = None  # the newest proposal

@@ -186,7 +186,7 @@ async def _propose(api: ClusterApi, entry: MetaEntry) -> None:
         changes = await api.js.meta.propose(entry)
     except MetaUnavailable as exc:
         raise _meta_failed(exc) from None
-    for subject, body in committed_actions(changes, time.time_ns()):
+    for subject, body in committed_actions(changes, time.time_ns(), api.js.domain):
         api.client.publish(subject, body)
 
 
@@ -265,7 +265,7 @@ async def _update(api: ClusterApi, subject: str, reply: str, data: bytes) -> Any
         await _propose(api, AssignStream(new, update=True))
     else:
         # Nothing to commit; advised all the same, as nats-server and a single server do.
-        api.client.publish(*stream_action(cfg.name, "modify", time.time_ns()))
+        api.client.publish(*stream_action(cfg.name, "modify", time.time_ns(), api.js.domain))
     return await _stream_answer(api, new, reply, kind, {})
 
 
