@@ -4,6 +4,7 @@ section, step-down, purge, delete, scaling. One 3-server cluster for the module.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import nats
 import nats.js.api
@@ -281,7 +282,7 @@ async def test_action_advisories_once_per_committed_change(shared_cluster: Clust
                         return False
                     if ".PROBE." in msg.subject:
                         got.add(msg.subject)
-                    else:
+                    elif ".LEADER_ELECTED." not in msg.subject:  # their own test, below
                         events[subs.index(sub)].append(msg.subject)
             return True
 
@@ -321,3 +322,94 @@ async def test_action_advisories_once_per_committed_change(shared_cluster: Clust
     finally:
         for c in conns:
             await c.close()
+
+
+async def test_leader_elected_advisories(shared_cluster: Cluster) -> None:
+    """A stream's, a consumer's and the meta group's new leaders advise their election, as
+    nats-server's do: the first two into the asset's account and, naming the account, into
+    the system account; the meta group's (DOMAIN.LEADER_ELECTED) into the system account.
+    Each names the new leader and lists the group's replicas, the leader among them."""
+    cl = shared_cluster
+    await cl.wait_jetstream()
+    user = [await cl.connect(node) for node in cl.nodes]
+    system = [await cl.connect_system(node) for node in cl.nodes]
+    conns = user + system
+    try:
+        subs = [await nc.subscribe("$JS.EVENT.ADVISORY.>") for nc in (user[0], system[0])]
+
+        async def interest(tag: str) -> bool:
+            """Both subscribers got a probe from every server of their account."""
+            for nc in conns:
+                await nc.publish(f"$JS.EVENT.ADVISORY.PROBE.{tag}", b"")
+            for sub in subs:
+                probes = 0
+                while probes < len(cl.nodes):
+                    try:
+                        msg = await sub.next_msg(timeout=0.5)
+                    except nats.errors.TimeoutError:
+                        return False
+                    probes += msg.subject.endswith(f".PROBE.{tag}")
+            return True
+
+        tags = iter(range(1000))
+        await wait_until(lambda: interest(f"t{next(tags)}"), 20, "advisory interest everywhere")
+        js = user[0].jetstream()
+        await js.add_stream(name="ELECT", subjects=["elect"], num_replicas=3)
+        await js.add_consumer("ELECT", durable_name="ec", ack_policy="explicit")
+
+        async def elected(sub: Any, subject: str) -> dict[str, Any]:
+            while True:
+                msg = await sub.next_msg(timeout=15)
+                if msg.subject == subject:
+                    return dict(json.loads(msg.data))
+
+        async def step_down(what: str, subject: str, leader_of: Any) -> None:
+            before = await leader_of()
+            for sub in subs:  # what the creates advised is not what this test is about
+                while sub.pending_msgs:
+                    await sub.next_msg(timeout=1)
+            reply = await user[0].request(f"$JS.API.{what}.LEADER.STEPDOWN.{subject}", b"",
+                                          timeout=10)
+            assert json.loads(reply.data)["success"] is True
+            kind = what.split(".")[0]
+            adv_subject = f"$JS.EVENT.ADVISORY.{kind}.LEADER_ELECTED.{subject}"
+            mine, sys_copy = [await elected(sub, adv_subject) for sub in subs]
+            after = await wait_until(leader_of, 15, "the new leader in info")
+            assert after != before
+            kind_type = f"io.nats.jetstream.advisory.v1.{kind.lower()}_leader_elected"
+            for body in (mine, sys_copy):
+                assert body["type"] == kind_type
+                assert body["leader"] == after
+                assert sorted(r["name"] for r in body["replicas"]) == sorted(
+                    n.name for n in cl.nodes)
+                assert [r["current"] for r in body["replicas"] if r["name"] == after] == [True]
+            assert "account" not in mine
+            assert sys_copy["account"] == "$G"
+
+        async def stream_leader() -> str:
+            return str((await js.stream_info("ELECT")).cluster.leader or "")
+
+        async def consumer_leader() -> str:
+            return str((await js.consumer_info("ELECT", "ec")).cluster.leader or "")
+
+        await step_down("STREAM", "ELECT", stream_leader)
+        await step_down("CONSUMER", "ELECT.ec", consumer_leader)
+
+        meta_before = await cl.wait_jetstream()
+        reply = await system[0].request("$JS.API.META.LEADER.STEPDOWN", b"{}", timeout=10)
+        assert json.loads(reply.data).get("success") is True, reply.data
+        body = await elected(subs[1], "$JS.EVENT.ADVISORY.DOMAIN.LEADER_ELECTED")
+
+        def meta_moved() -> str | None:
+            lead = cl.meta_leader()
+            return lead if lead and lead != meta_before else None
+
+        meta_after = await wait_until(meta_moved, 20, "the meta leader to change")
+        by_peer = {r["peer"]: r["name"] for r in body["replicas"]}
+        assert by_peer[body["leader"]] == meta_after
+        assert sorted(by_peer.values()) == sorted(n.name for n in cl.nodes)
+        assert body["cluster"] == cl.nodes[0].cluster_name
+        await js.delete_stream("ELECT")
+    finally:
+        for nc in conns:
+            await nc.close()

@@ -34,6 +34,9 @@ _NAK_TYPE = "io.nats.jetstream.advisory.v1.nak"
 _TERMINATED_TYPE = "io.nats.jetstream.advisory.v1.terminated"
 _PAUSE_TYPE = "io.nats.jetstream.advisory.v1.consumer_pause"
 _ACK_METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
+_STREAM_LEADER_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"
+_CONSUMER_LEADER_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"
+_DOMAIN_LEADER_TYPE = "io.nats.jetstream.advisory.v1.domain_leader_elected"
 # Go's zero time, which nats-server's pause advisory carries when no pause is set.
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -185,6 +188,72 @@ def pause(
         paused=paused,
         pause_until=pause_until or _ZERO_TIME,
     )
+
+
+# --- clustered: a group elected a leader (sent by the new leader) ----------------------------
+
+
+def stream_leader_elected(
+    account: str,
+    stream: str,
+    leader: str,
+    replicas: list[dict[str, Any]],
+    now_ns: int,
+    domain: str = "",
+) -> tuple[str, bytes]:
+    """A stream's group has a new leader (this server). ``account`` "" for the copy sent
+    into the stream's own account; the system account's copy names it."""
+    fields: dict[str, object] = {"account": account} if account else {}
+    body = _event(
+        _STREAM_LEADER_TYPE,
+        now_ns,
+        domain,
+        **fields,
+        stream=stream,
+        leader=leader,
+        replicas=replicas,
+    )
+    return f"{PREFIX}STREAM.LEADER_ELECTED.{stream}", body
+
+
+def consumer_leader_elected(
+    account: str,
+    stream: str,
+    consumer: str,
+    leader: str,
+    replicas: list[dict[str, Any]],
+    now_ns: int,
+    domain: str = "",
+) -> tuple[str, bytes]:
+    """A consumer's group has a new leader (as ``stream_leader_elected``)."""
+    fields: dict[str, object] = {"account": account} if account else {}
+    body = _event(
+        _CONSUMER_LEADER_TYPE,
+        now_ns,
+        domain,
+        **fields,
+        stream=stream,
+        consumer=consumer,
+        leader=leader,
+        replicas=replicas,
+    )
+    return f"{PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{consumer}", body
+
+
+def domain_leader_elected(
+    leader_id: str, replicas: list[dict[str, Any]], cluster: str, now_ns: int, domain: str = ""
+) -> tuple[str, bytes]:
+    """The meta group has a new leader (this server; ``leader_id`` its RAFT peer id, as
+    nats-server names it here). Sent into the system account only."""
+    body = _event(
+        _DOMAIN_LEADER_TYPE,
+        now_ns,
+        domain,
+        leader=leader_id,
+        replicas=replicas,
+        cluster=cluster,
+    )
+    return f"{PREFIX}DOMAIN.LEADER_ELECTED", body
 
 
 def committed_actions(

@@ -21,6 +21,7 @@ import asyncio
 import functools
 import logging
 import random
+import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -45,6 +46,7 @@ from jetraft.raft.types import Entry
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
+from jetraft.server.js.advisories import consumer_leader_elected
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from jetraft.server.js.commit import Callback, join_request
@@ -351,11 +353,22 @@ class ConsumerReplica:
         if ss.role is Role.LEADER and self.runtime is None:
             log.info("JetStream cluster new consumer leader for '%s > %s > %s'", *self.key)
             self._lead(ss.term)
+            self._advise_elected()
         elif ss.role is not Role.LEADER and self.runtime is not None:
             self.runtime.stop(deleted=False, leadership=True)
             self.runtime = None
             for sub in list(self.next_client.subs.values()):
                 self.next_client.unsubscribe(sub)
+
+    def _advise_elected(self) -> None:
+        host, replicas = self.host, self.group.peer_infos(with_leader=True)
+        (account, stream, name), now, me = self.key, time.time_ns(), host.server_name
+        host.advise_leader(
+            account,
+            lambda acct: consumer_leader_elected(
+                acct, stream, name, me, replicas, now, host.domain
+            ),
+        )
 
     def _leading(self) -> bool:
         node = self.group.node

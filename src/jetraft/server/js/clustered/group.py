@@ -104,6 +104,14 @@ class GroupHost(Protocol):
 
     def is_online(self, server: str) -> bool: ...
 
+    @property
+    def domain(self) -> str: ...
+
+    def advise_leader(self, account: str, advisory: Callable[[str], tuple[str, bytes]]) -> None:
+        """Publish a group's leader advisory: ``advisory(account_field)`` gives (subject,
+        body) for the copy into ``account`` ("") and for the system account's (named)."""
+        ...
+
 
 class RaftGroup:
     def __init__(
@@ -347,13 +355,22 @@ class RaftGroup:
     def cluster_info(self) -> dict[str, Any]:
         """nats-server's ClusterInfo. On the leader, replicas carry current/active/lag from
         its view of each follower; elsewhere only names and online state are known."""
-        host = self.host
-        node = self.node
-        out: dict[str, Any] = {"name": host.cluster_name, "raft_group": self.group}
+        out: dict[str, Any] = {"name": self.host.cluster_name, "raft_group": self.group}
         leader = self.leader
         out["leader"] = leader
         if leader and self.leader_since_ns:
             out["leader_since"] = format_time(self.leader_since_ns)
+        replicas = self.peer_infos(with_leader=False)
+        if replicas:
+            out["replicas"] = replicas
+        return out
+
+    def peer_infos(self, with_leader: bool) -> list[dict[str, Any]]:
+        """nats-server's PeerInfo of each member (the leader's own with ``with_leader``, as
+        leader advisories list it: current, active 0)."""
+        host = self.host
+        node = self.node
+        leader = self.leader
         replicas: list[dict[str, Any]] = []
         status = node.status() if node is not None else None
         by_peer = {p.id: p for p in status.peers} if status is not None else {}
@@ -362,6 +379,10 @@ class RaftGroup:
             members += list(node.core.membership.learners)
         for name in members:
             if name == leader:
+                if with_leader:
+                    replicas.append(
+                        {"name": name, "current": True, "active": 0, "peer": peer_id(name)}
+                    )
                 continue
             rep: dict[str, Any] = {"name": name, "current": False, "active": 0}
             ps = by_peer.get(name)
@@ -380,9 +401,7 @@ class RaftGroup:
                 rep["current"] = False
             rep["peer"] = peer_id(name)
             replicas.append(rep)
-        if replicas:
-            out["replicas"] = replicas
-        return out
+        return replicas
 
     def raftz(self) -> dict[str, Any]:
         """This replica's view of its group for /raftz (nats-server's field names, the

@@ -43,6 +43,7 @@ from jetraft.server.cluster.route_conn import PeerInfo
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
+from jetraft.server.js.advisories import domain_leader_elected
 from jetraft.server.js.clustered.api import ClusterApi, SystemApi
 from jetraft.server.js.clustered.consumer_replica import ConsumerReplica
 from jetraft.server.js.clustered.group import TICK_S, RaftGroup, peer_id
@@ -199,7 +200,23 @@ class ClusteredJetStream:
         return replica if isinstance(replica, StreamReplica) else None
 
     def meta_leader_changed(self, leader: str) -> None:
-        pass
+        system = self.system_api
+        if leader == self.server_name and system is not None:
+            replicas = self.meta.group.peer_infos(with_leader=True)
+            system.client.publish(
+                *domain_leader_elected(
+                    peer_id(leader), replicas, self.cluster_name, time.time_ns(), self.domain
+                )
+            )
+
+    def advise_leader(self, account: str, advisory: Callable[[str], tuple[str, bytes]]) -> None:
+        # As nats-server: into the asset's account, and, naming it, into the system account.
+        system = self.system_api
+        api = self.apis.get(account)
+        if api is not None and (system is None or system.client.account.name != account):
+            api.client.publish(*advisory(""))
+        if system is not None:
+            system.client.publish(*advisory(account))
 
     def stream_leader_changed(self, replica: StreamReplica) -> None:
         pass

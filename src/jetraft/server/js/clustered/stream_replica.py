@@ -63,6 +63,7 @@ from jetraft.raft.types import Entry, SnapshotBytes
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
+from jetraft.server.js.advisories import stream_leader_elected
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.expiry import ExpiryTimer
 from jetraft.server.js.sourcing import Sourcer
@@ -328,9 +329,20 @@ class StreamReplica:
             self.reconcile()
             self.recheck_retention()  # what a previous leader may not have retired
             self.sourcer.follow_config()
+            self._advise_elected()
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
         self.host.stream_leader_changed(self)
+
+    def _advise_elected(self) -> None:
+        host, replicas = self.host, self.group.peer_infos(with_leader=True)
+        now, name, me = time.time_ns(), self.name, host.server_name
+        host.advise_leader(
+            self.sa.account,
+            lambda account: stream_leader_elected(
+                account, name, me, replicas, now, host.domain
+            ),
+        )
 
     def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
         self.client.publish(subject, data, None, hdr)
