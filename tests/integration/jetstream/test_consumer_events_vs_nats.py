@@ -217,3 +217,28 @@ async def test_advisories_name_the_jetstream_domain(tmp_path: Path) -> None:
         (["CONSUMER", "CREATED"], "hub"),
         (["CONSUMER", "MSG_NAKED"], "hub"),
     ]
+
+
+async def _inactive_scenario(url: str) -> list[dict[str, Any]]:
+    nc = await nats.connect(url, allow_reconnect=False)
+    try:
+        await nc.request("$JS.API.STREAM.CREATE.I", b'{"name":"I","subjects":["i"]}', timeout=2)
+        events = await nc.subscribe("$JS.EVENT.ADVISORY.CONSUMER.>")
+        await nc.flush()
+        config = {"name": "gone", "ack_policy": "explicit", "inactive_threshold": 300_000_000}
+        await nc.request(
+            "$JS.API.CONSUMER.CREATE.I.gone",
+            json.dumps({"stream_name": "I", "config": config}).encode(),
+            timeout=2,
+        )
+        return [_event(await events.next_msg(timeout=5)) for _ in range(2)]
+    finally:
+        await nc.close()
+
+
+async def test_an_inactivity_delete_is_advised(tmp_path: Path) -> None:
+    """A consumer removed for inactivity (no pull requests for inactive_threshold) is
+    advised as deleted, as one removed through the API is."""
+    theirs, ours = await on_both_servers(tmp_path, _inactive_scenario)
+    assert ours == theirs
+    assert [e["action"] for e in ours] == ["create", "delete"]

@@ -1,6 +1,7 @@
 """What a consumer's leader tells the world about its messages and itself: the MSG_NAKED,
-MSG_TERMINATED and MAX_DELIVERIES advisories, the sampled ack metric (``sample_freq``) and
-the PAUSE advisory (``advisories`` builds the bodies). ``ConsumerEvents`` is the bottom of the
+MSG_TERMINATED and MAX_DELIVERIES advisories, the sampled ack metric (``sample_freq``), the
+PAUSE advisory, and on one server the DELETED advisory of an inactivity delete
+(``advisories`` builds the bodies). ``ConsumerEvents`` is the bottom of the
 runtime's stack of bases (see ``consumer_pin.PinnedGroups``).
 
 As nats-server does, an event nobody listens for is not built: dead-letter handlers and
@@ -123,6 +124,15 @@ class ConsumerEvents:
                 self.env.domain,
             )
             self.client.publish(subject, body)
+
+    def advise_deleted(self) -> None:
+        """The consumer deletes itself (its inactive_threshold passed)."""
+        core = self.core
+        self._advise(
+            advisories.consumer_action(
+                core.stream, core.name, "delete", time.time_ns(), self.env.domain
+            )
+        )
 
     def advise_pause(self) -> None:
         """The pause was set, changed or lifted, or it ran out."""

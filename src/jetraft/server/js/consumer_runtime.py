@@ -575,6 +575,10 @@ class ConsumerRuntime(AckIntake):
             since = max(self.last_activity_ns, self.waitq.last_ns)
         if now - since >= thresh:
             log.debug("deleting inactive consumer %s > %s", self.core.stream, self.core.name)
+            if self.replicator is None:
+                # One server: no API answer advises this delete (in a cluster the meta
+                # leader does, once the delete is committed).
+                self.advise_deleted()
             self.owner.delete(self.core.name)
             return
         self._inactive_timer = self._later((since + thresh - now) / 1e9, self._on_inactive_timer)
