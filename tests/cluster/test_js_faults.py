@@ -177,16 +177,34 @@ async def test_no_ack_without_quorum_and_recovery(make_cluster: ClusterFactory) 
 
 
 async def test_partitioned_leader_never_acknowledges(make_cluster: ClusterFactory) -> None:
+    """...and, cut off, its stream's and consumer's leader steps down and advises the lost
+    quorum (QUORUM_LOST, as nats-server) to the clients on its side."""
     cl = make_cluster(3, proxies=True)
     await cl.start()
     await cl.wait_jetstream()
     admin = await cl.connect(cl.nodes[0])
-    await admin.jetstream().add_stream(name="PART", subjects=["part.>"], num_replicas=3)
-    leader = await stream_leader(admin, "PART")
+    ajs = admin.jetstream()
+    await ajs.add_stream(name="PART", subjects=["part.>"], num_replicas=3)
+    await ajs.add_consumer("PART", durable_name="pc", ack_policy="explicit")
+
+    async def leaders_together() -> str | None:
+        """The stream's leader, once the consumer's is on the same server."""
+        leader = await stream_leader(admin, "PART")
+        info = await ajs.consumer_info("PART", "pc")
+        if leader and info.cluster is not None and info.cluster.leader == leader:
+            return leader
+        if leader:
+            body = json.dumps({"placement": {"preferred": leader}}).encode()
+            await admin.request("$JS.API.CONSUMER.LEADER.STEPDOWN.PART.pc", body, timeout=5)
+        return None
+
+    leader = await wait_until(leaders_together, 30, "the consumer's leader on the stream's")
     await admin.close()
     lnode = cl.node(leader)
     others = [n for n in cl.nodes if n is not lnode]
     minority = await cl.connect(lnode)
+    lost = await minority.subscribe("$JS.EVENT.ADVISORY.*.QUORUM_LOST.>")
+    await minority.flush()
     majority = await cl.connect(others[0])
     acked = {i: (await _publish_reliably(majority, "part.x", i))[0] for i in range(20)}
     cl.partition([lnode], others)
@@ -194,6 +212,17 @@ async def test_partitioned_leader_never_acknowledges(make_cluster: ClusterFactor
     for i in range(3):
         with pytest.raises(NO_ACK):
             await minority.jetstream().publish("part.lost", b"lost %d" % i, timeout=1.5)
+    advised = {}
+    for _ in range(2):
+        msg = await lost.next_msg(timeout=15)
+        advised[msg.subject] = json.loads(msg.data)
+    prefix = "$JS.EVENT.ADVISORY."
+    assert sorted(advised) == [prefix + "CONSUMER.QUORUM_LOST.PART.pc",
+                               prefix + "STREAM.QUORUM_LOST.PART"]
+    for body in advised.values():
+        assert body["type"].endswith("_quorum_lost")
+        assert (body["stream"], body.get("consumer", "pc")) == ("PART", "pc")
+        assert sorted(r["name"] for r in body["replicas"]) == sorted(n.name for n in cl.nodes)
     for i in range(20, 40):
         acked[i], _ = await _publish_reliably(majority, "part.x", i)
     cl.heal()

@@ -37,6 +37,8 @@ _ACK_METRIC_TYPE = "io.nats.jetstream.metric.v1.consumer_ack"
 _STREAM_LEADER_TYPE = "io.nats.jetstream.advisory.v1.stream_leader_elected"
 _CONSUMER_LEADER_TYPE = "io.nats.jetstream.advisory.v1.consumer_leader_elected"
 _DOMAIN_LEADER_TYPE = "io.nats.jetstream.advisory.v1.domain_leader_elected"
+_STREAM_QUORUM_TYPE = "io.nats.jetstream.advisory.v1.stream_quorum_lost"
+_CONSUMER_QUORUM_TYPE = "io.nats.jetstream.advisory.v1.consumer_quorum_lost"
 # Go's zero time, which nats-server's pause advisory carries when no pause is set.
 _ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -238,6 +240,38 @@ def consumer_leader_elected(
         replicas=replicas,
     )
     return f"{PREFIX}CONSUMER.LEADER_ELECTED.{stream}.{consumer}", body
+
+
+def stream_quorum_lost(
+    account: str, stream: str, replicas: list[dict[str, Any]], now_ns: int, domain: str = ""
+) -> tuple[str, bytes]:
+    """A stream's leader (this server) stepped down: it could not hear a quorum, so the
+    stream accepts nothing until one forms again. ``account`` as in stream_leader_elected."""
+    fields: dict[str, object] = {"account": account} if account else {}
+    body = _event(_STREAM_QUORUM_TYPE, now_ns, domain, **fields, stream=stream, replicas=replicas)
+    return f"{PREFIX}STREAM.QUORUM_LOST.{stream}", body
+
+
+def consumer_quorum_lost(
+    account: str,
+    stream: str,
+    consumer: str,
+    replicas: list[dict[str, Any]],
+    now_ns: int,
+    domain: str = "",
+) -> tuple[str, bytes]:
+    """A consumer's leader stepped down for want of a quorum (as stream_quorum_lost)."""
+    fields: dict[str, object] = {"account": account} if account else {}
+    body = _event(
+        _CONSUMER_QUORUM_TYPE,
+        now_ns,
+        domain,
+        **fields,
+        stream=stream,
+        consumer=consumer,
+        replicas=replicas,
+    )
+    return f"{PREFIX}CONSUMER.QUORUM_LOST.{stream}.{consumer}", body
 
 
 def domain_leader_elected(

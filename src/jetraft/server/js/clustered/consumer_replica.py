@@ -46,7 +46,7 @@ from jetraft.raft.types import Entry
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.advisories import consumer_leader_elected
+from jetraft.server.js.advisories import consumer_leader_elected, consumer_quorum_lost
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.clustered.stream_replica import StreamReplica
 from jetraft.server.js.commit import Callback, join_request
@@ -359,6 +359,8 @@ class ConsumerReplica:
             self.runtime = None
             for sub in list(self.next_client.subs.values()):
                 self.next_client.unsubscribe(sub)
+        if self.group.should_advise_quorum_lost(time.time_ns()):
+            self._advise_quorum_lost()
 
     def _advise_elected(self) -> None:
         host, replicas = self.host, self.group.peer_infos(with_leader=True)
@@ -368,6 +370,16 @@ class ConsumerReplica:
             lambda acct: consumer_leader_elected(
                 acct, stream, name, me, replicas, now, host.domain
             ),
+        )
+
+    def _advise_quorum_lost(self) -> None:
+        host, replicas = self.host, self.group.peer_infos(with_leader=True)
+        (account, stream, name), now = self.key, time.time_ns()
+        log.warning("JetStream cluster consumer '%s > %s > %s' has NO quorum, stalled",
+                    *self.key)
+        host.advise_leader(
+            account,
+            lambda acct: consumer_quorum_lost(acct, stream, name, replicas, now, host.domain),
         )
 
     def _leading(self) -> bool:

@@ -45,6 +45,8 @@ PROPOSAL_TIMEOUT_S = 10.0
 RAFT_CONFIG = RaftConfig(election_ticks=5, heartbeat_ticks=2)
 # A replica not heard from for this long is not current (nats-server uses a similar bound).
 CURRENT_WITHIN_S = 2.0
+# A group that keeps losing its quorum advises it at most this often.
+QUORUM_LOST_EVERY_NS = 10 * 10**9
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -136,6 +138,9 @@ class RaftGroup:
         self.wal: Wal | None = None
         self.leader_since_ns = 0
         self._last_leader = ""
+        self._led_term = 0  # the term this server last led the group in (0: not leading)
+        self.quorum_lost = False  # the last role change: a leader stepped down, cut off
+        self._quorum_advised_ns = 0
         self.corrupt = ""
         self.removed = False  # the group committed a configuration without us
         self.failed = ""  # the node stopped on a storage error
@@ -261,6 +266,16 @@ class RaftGroup:
         if ss.leader != self._last_leader:
             self._last_leader = ss.leader
             self.leader_since_ns = time.time_ns() if ss.leader else 0
+        # A leader that stops leading in its own term, knowing no other leader, stepped down
+        # because it could not hear a quorum (check-quorum); any other step-down comes with
+        # a higher term (an election, a transfer).
+        self.quorum_lost = (
+            ss.role is not Role.LEADER
+            and self._led_term > 0
+            and self._led_term == ss.term
+            and not ss.leader
+        )
+        self._led_term = ss.term if ss.role is Role.LEADER else 0
         if self.on_role is not None:
             try:
                 self.on_role(ss)
@@ -364,6 +379,14 @@ class RaftGroup:
         if replicas:
             out["replicas"] = replicas
         return out
+
+    def should_advise_quorum_lost(self, now_ns: int) -> bool:
+        """After a step-down for lost quorum: advise it, at most once per interval (as
+        nats-server, whose interval is 10 s)."""
+        if not self.quorum_lost or now_ns - self._quorum_advised_ns < QUORUM_LOST_EVERY_NS:
+            return False
+        self._quorum_advised_ns = now_ns
+        return True
 
     def peer_infos(self, with_leader: bool) -> list[dict[str, Any]]:
         """nats-server's PeerInfo of each member (the leader's own with ``with_leader``, as

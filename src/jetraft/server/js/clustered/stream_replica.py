@@ -63,7 +63,7 @@ from jetraft.raft.types import Entry, SnapshotBytes
 from jetraft.server.core.accounts import Account
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
-from jetraft.server.js.advisories import stream_leader_elected
+from jetraft.server.js.advisories import stream_leader_elected, stream_quorum_lost
 from jetraft.server.js.clustered.group import GroupHost, RaftGroup
 from jetraft.server.js.expiry import ExpiryTimer
 from jetraft.server.js.sourcing import Sourcer
@@ -332,6 +332,8 @@ class StreamReplica:
             self._advise_elected()
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
+        if self.group.should_advise_quorum_lost(time.time_ns()):
+            self._advise_quorum_lost()
         self.host.stream_leader_changed(self)
 
     def _advise_elected(self) -> None:
@@ -342,6 +344,16 @@ class StreamReplica:
             lambda account: stream_leader_elected(
                 account, name, me, replicas, now, host.domain
             ),
+        )
+
+    def _advise_quorum_lost(self) -> None:
+        host, replicas = self.host, self.group.peer_infos(with_leader=True)
+        now, name = time.time_ns(), self.name
+        log.warning("JetStream cluster stream '%s > %s' has NO quorum, stalled",
+                    self.sa.account, name)
+        host.advise_leader(
+            self.sa.account,
+            lambda account: stream_quorum_lost(account, name, replicas, now, host.domain),
         )
 
     def _republish(self, subject: str, hdr: bytes, data: bytes) -> None:
