@@ -259,12 +259,13 @@ class Bench:
         self.pid = pid
         self.tmp = tmp
 
-    def source_df(self) -> Any:
+    def source_df(self, rows: int | None = None, subject: str = "bench.data") -> Any:
         from pyspark.sql import functions as F
 
         pad = "x" * (self.args.size - 8)
-        return self.spark.range(0, self.args.msgs, 1, self.args.partitions).select(
-            F.lit("bench.data").alias("subject"),
+        count = self.args.msgs if rows is None else rows
+        return self.spark.range(0, count, 1, self.args.partitions).select(
+            F.lit(subject).alias("subject"),
             F.concat(F.lpad(F.col("id").cast("string"), 8, "0"), F.lit(pad))
             .cast("binary")
             .alias("data"),
@@ -313,9 +314,10 @@ class Bench:
             # The same for the streaming write: its driver side (the sink's commit runs in a
             # Python daemon of its own that the JVM starts on first use) and Spark's streaming
             # Parquet scan. Without this, whichever server runs first paid those first-use
-            # costs (about 1.3 s of Python and a few of JIT) inside its measured case.
+            # costs (about 1.3 s of Python and a few of JIT) inside its measured case. The
+            # input has the measured case's columns and types, so the same code is compiled.
             files = os.path.join(self.tmp, "warm-parquet")
-            df.write.parquet(files)
+            self.source_df(rows, "warm2.data").write.parquet(files)
             create_stream(self.url, "WARM2", ("warm2.>",))
             query = (
                 self.spark.readStream.schema(self.spark.read.parquet(files).schema)
