@@ -108,9 +108,9 @@ def test_available_now_stops_at_what_was_there(
 def test_initial_offset_is_resolved_once(
     server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Spark asks a fresh query for its initial offset at every trigger until a batch is
-    # logged, and again when it plans the first batch: a "latest" start must not move with
-    # the stream, or what was published in between is never read.
+    # Spark asks a fresh query for its initial offset twice in its first trigger (to build
+    # batch 0, then again just before planning its partitions): a "latest" start must not
+    # move with the stream in between, or what was published meanwhile is never read.
     create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
     fill(server.url, stream_name, 0, 10)
     rdr, _ = _reader(server, stream_name, monkeypatch, startingOffsets="latest")
@@ -227,3 +227,4 @@ def test_query_reads_a_quiet_stream_after_the_delay(
     finally:
         query.stop()
     assert _rows(spark, name) == seqs
+
