@@ -105,6 +105,58 @@ def test_available_now_stops_at_what_was_there(
     assert rdr.latestOffset({"seq": 21}, datasource.ReadAllAvailable()) == {"seq": 31}
 
 
+def test_initial_offset_is_resolved_once(
+    server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spark asks a fresh query for its initial offset twice in its first trigger (to build
+    # batch 0, then again just before planning its partitions): a "latest" start must not
+    # move with the stream in between, or what was published meanwhile is never read.
+    create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
+    fill(server.url, stream_name, 0, 10)
+    rdr, _ = _reader(server, stream_name, monkeypatch, startingOffsets="latest")
+    assert rdr.initialOffset() == {"seq": 11}
+    everything = datasource.ReadAllAvailable()
+    assert rdr.latestOffset({"seq": 11}, everything) == {"seq": 11}  # nothing yet
+    fill(server.url, stream_name, 10, 5)
+    assert rdr.initialOffset() == {"seq": 11}
+    assert rdr.latestOffset({"seq": 11}, everything) == {"seq": 16}
+    assert [(p.start, p.end) for p in rdr.partitions({"seq": 11}, {"seq": 16})] == [(11, 15)]
+
+
+def test_available_now_query_looks_at_the_stream_three_times(
+    server: ServerProcess, stream_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The calls Spark's driver makes for a fresh Trigger.AvailableNow query, in its order;
+    # each look at the stream is a round trip from the query's driver-side process.
+    create_stream(server.url, stream_name, [f"{stream_name.lower()}.>"], allow_direct=True)
+    fill(server.url, stream_name, 0, 20)
+    looks = []
+    real = reader_mod.wire.stream_state
+
+    async def counted(*args: Any) -> Any:
+        looks.append(args[1])
+        return await real(*args)
+
+    monkeypatch.setattr(reader_mod.wire, "stream_state", counted)
+    rdr, _ = _reader(server, stream_name, monkeypatch)
+    rdr.prepareForTriggerAvailableNow()
+    fill(server.url, stream_name, 20, 5)  # after the start: for the next run
+    limit = rdr.getDefaultReadLimit()
+    start = rdr.initialOffset()
+    assert rdr.latestOffset(start, limit) == {"seq": 21}
+    assert rdr.reportLatestOffset() == {"seq": 26}
+    assert rdr.initialOffset() == start == {"seq": 1}
+    assert sum(p.end - p.start + 1 for p in rdr.partitions(start, {"seq": 21})) == 20
+    assert rdr.latestOffset({"seq": 21}, limit) == {"seq": 21}
+    assert rdr.reportLatestOffset() == {"seq": 26}
+    # Was 8: the start, AvailableNow's target, each initial offset and each report.
+    assert looks == [stream_name] * 3
+    # A report with no latestOffset before it looks for itself.
+    fill(server.url, stream_name, 25, 1)
+    assert rdr.reportLatestOffset() == {"seq": 27}
+    assert len(looks) == 4
+
+
 def _memory_query(
     spark: Any, server: ServerProcess, stream: str, name: str, ckpt: Path, **opts: str
 ) -> Any:
@@ -175,3 +227,4 @@ def test_query_reads_a_quiet_stream_after_the_delay(
     finally:
         query.stop()
     assert _rows(spark, name) == seqs
+

@@ -272,6 +272,14 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
     the next batch starts itself (the initial offset, or the end of the last batch planned or
     committed) and applies ``maxMessagesPerTrigger`` from there; ``minMessagesPerTrigger``
     is refused there, since it needs read limits.
+
+    Spark runs this on the driver in a Python process of its own per query and calls it once
+    or more per trigger; each look at the stream is a server round trip. The stream as the
+    reader found it when the query started serves the initial offset and AvailableNow's
+    target, and the initial offset is resolved once (Spark asks for it again when it plans
+    the first batch: a second look at a growing stream would move a "latest" or timestamp
+    start past messages the first batch was admitted with). ``reportLatestOffset``, which
+    Spark calls right after ``latestOffset``, answers from the look ``latestOffset`` took.
     """
 
     # The clock that times maxTriggerDelay; tests replace it.
@@ -286,6 +294,9 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         self.opts = opts
         state = loop.run_sync(lambda: _stream_state(opts))
         self.mode = _mode(opts, state)
+        self._opened = state  # the stream when the query started
+        self._initial: int | None = None
+        self._seen: wire.StreamState | None = None  # the last latestOffset's look, unreported
         self.admission = planning.Admission(
             opts.max_messages_per_trigger,
             opts.min_messages_per_trigger,
@@ -296,14 +307,15 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         self._last_admitted = self.clock()
 
     def _initial_seq(self) -> int:
-        async def _initial() -> int:
-            state = await _stream_state(self.opts)
-            return await _resolve_start(self.opts, self.opts.starting, state)
-
-        return loop.run_sync(_initial)
+        if self._initial is None:
+            state = self._opened
+            self._initial = loop.run_sync(
+                lambda: _resolve_start(self.opts, self.opts.starting, state)
+            )
+        return self._initial
 
     def _latest_next(self) -> int:
-        state = loop.run_sync(lambda: _stream_state(self.opts))
+        state = self._seen = loop.run_sync(lambda: _stream_state(self.opts))
         latest = state.last_seq + 1
         return latest if self._target is None else min(latest, self._target)
 
@@ -367,13 +379,15 @@ class JetStreamStreamReader(DataSourceStreamReader):  # type: ignore[misc, unuse
         return planning.offset(end)
 
     def reportLatestOffset(self) -> dict[str, int]:
-        state = loop.run_sync(lambda: _stream_state(self.opts))
+        state, self._seen = self._seen, None
+        if state is None:
+            state = loop.run_sync(lambda: _stream_state(self.opts))
         return planning.offset(state.last_seq + 1)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        # What is in the stream now is the whole run; later publishes wait for the next run.
-        state = loop.run_sync(lambda: _stream_state(self.opts))
-        self._target = state.last_seq + 1
+        # What was in the stream when the query started is the whole run; later publishes
+        # wait for the next run.
+        self._target = self._opened.last_seq + 1
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[JetStreamPartition]:
         lo = planning.offset_seq(start, "start offset")
