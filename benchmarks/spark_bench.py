@@ -5,11 +5,13 @@
                                      [--cases sink,read,read-consumer,stream-read,stream-write]
                                      [--read-option K=V ...] [--write-option K=V ...]
 
-For each server (file storage, default settings, a fresh store): a warm-up (``--warmup``
-rows written to and read from a stream of their own, and with the streaming cases a
-streaming read and write of them, unmeasured: the JVM compiles its hot paths and starts its
-Python helpers then, not in the first measured case), a stream BENCH with ``allow_direct``; then,
-one case after the other on the same stream:
+Both servers run at once (file storage, default settings, a fresh store each). For each: a
+warm-up (``--warmup`` rows written to and read from a stream of their own, and with the
+streaming cases a streaming read and write of them, unmeasured: the JVM compiles its hot
+paths and starts its Python helpers then, not in the first measured case), a stream BENCH
+with ``allow_direct``; then the cases, one after the other, each on both servers in turn
+(which server goes first alternates from case to case, so that what one case leaves the JVM
+to do falls on both alike):
 
 - sink: ``spark.range(N)`` as rows (subject, 128-byte data) written with
   ``df.write.format("jetstream")``: every row acknowledged (PubAck) before the job ends.
@@ -415,47 +417,62 @@ class Bench:
         return _timed(self.pid, self.args.msgs, job)
 
 
-def bench_one(
-    spark: Any, kind: str, args: argparse.Namespace, memory: dict[str, tuple[float, float]]
-) -> dict[str, Result]:
-    """The cases against one server; its RSS in MB, idle and at the end, into ``memory``."""
-    tmp = tempfile.mkdtemp(prefix=f"spark-bench-{kind}-")
-    port = free_port()
-    proc = start_server(kind, port, os.path.join(tmp, "store"))
-    url = f"nats://127.0.0.1:{port}"
-    out: dict[str, Result] = {}
+def _case_list(args: argparse.Namespace) -> list[str]:
+    # In CASES order whatever the command line's: the sink first (the reads need its
+    # messages; ``--cases read,sink`` used to read an empty stream).
+    cases = [c for c in CASES if c in args.cases]
+    if any(c != "sink" and c != "stream-write" for c in cases) and "sink" not in cases:
+        cases = ["sink", *cases]
+    return cases
+
+
+def _run_case(bench: Bench, case: str) -> Result:
+    if case == "sink":
+        return bench.sink()
+    if case == "read":
+        return bench.read("auto")
+    if case == "read-consumer":
+        return bench.read("consumer")
+    if case == "stream-read":
+        return bench.stream_read()
+    return bench.stream_write()
+
+
+def bench_all(
+    spark: Any, kinds: list[str], args: argparse.Namespace, memory: dict[str, tuple[float, float]]
+) -> dict[str, dict[str, Result]]:
+    """The cases against the servers, in turns: each case runs on every server before the
+    next case starts, and which server goes first alternates from case to case, so what a
+    case leaves the JVM to do (compilation, collection) falls on both alike. The servers'
+    RSS in MB, idle and at the end, goes into ``memory``."""
+    benches: dict[str, tuple[Bench, subprocess.Popen[bytes]]] = {}
+    idle: dict[str, float] = {}
+    out: dict[str, dict[str, Result]] = {kind: {} for kind in kinds}
     try:
-        create_stream(url)
-        idle = rss_mb(proc.pid)
-        bench = Bench(spark, args, url, proc.pid, tmp)
+        for kind in kinds:
+            tmp = tempfile.mkdtemp(prefix=f"spark-bench-{kind}-")
+            port = free_port()
+            proc = start_server(kind, port, os.path.join(tmp, "store"))
+            url = f"nats://127.0.0.1:{port}"
+            benches[kind] = (Bench(spark, args, url, proc.pid, tmp), proc)
+            create_stream(url)
+            idle[kind] = rss_mb(proc.pid)
         if args.warmup:
-            bench.warm_up()
-        # In CASES order whatever the command line's: the sink first (the reads need its
-        # messages; ``--cases read,sink`` used to read an empty stream).
-        cases = [c for c in CASES if c in args.cases]
-        if any(c != "sink" and c != "stream-write" for c in cases) and "sink" not in cases:
-            cases = ["sink", *cases]
-        for case in cases:
-            if case == "sink":
-                out[case] = bench.sink()
-            elif case == "read":
-                out[case] = bench.read("auto")
-            elif case == "read-consumer":
-                out[case] = bench.read("consumer")
-            elif case == "stream-read":
-                out[case] = bench.stream_read()
-            elif case == "stream-write":
-                out[case] = bench.stream_write()
-            print(
-                f"  {kind} {case}: {out[case].rows_s:,.0f} rows/s ({load_summary()})",
-                file=sys.stderr,
-            )
-        memory[kind] = (idle, rss_mb(proc.pid))
+            for kind in kinds:
+                benches[kind][0].warm_up()
+        for i, case in enumerate(_case_list(args)):
+            for kind in kinds if i % 2 == 0 else kinds[::-1]:
+                result = out[kind][case] = _run_case(benches[kind][0], case)
+                print(f"  {kind} {case}: {result.rows_s:,.0f} rows/s ({load_summary()})",
+                      file=sys.stderr)
+        for kind in kinds:
+            memory[kind] = (idle[kind], rss_mb(benches[kind][1].pid))
         return out
     finally:
-        proc.terminate()
-        proc.wait(30)
-        shutil.rmtree(tmp, ignore_errors=True)
+        for bench, proc in benches.values():
+            proc.terminate()
+            proc.wait(30)
+            shutil.rmtree(bench.tmp, ignore_errors=True)
 
 
 def _us(seconds: float, rows: int) -> str:
@@ -528,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     kinds = [args.only] if args.only else SERVERS
     spark = spark_session(args.master)
     memory: dict[str, tuple[float, float]] = {}
-    results = {kind: bench_one(spark, kind, args, memory) for kind in kinds}
+    results = bench_all(spark, kinds, args, memory)
     spark.stop()
     report(args, results, memory)
     return 0
