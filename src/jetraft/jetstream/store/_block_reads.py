@@ -15,6 +15,7 @@ the store calls: ``load`` is the consumers' per-message path, and its calls stay
 from __future__ import annotations
 
 import zlib
+from typing import Final
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._base import BaseStore
@@ -28,10 +29,15 @@ from jetraft.jetstream.store.types import (
     StoreError,
 )
 
-_unpack_head = rec.HEADER.unpack_from
-_unpack_crc = rec.CRC.unpack_from
-_crc32 = zlib.crc32
-_MAGIC, _KIND_MSG, _HDR_SIZE, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.HDR_SIZE, rec.NO_HDR
+# Final: the compiled build keeps these in C statics, read without a module-dict lookup
+# (``load`` and ``load_raw_run`` read them per record).
+_unpack_head: Final = rec.HEADER.unpack_from
+_unpack_crc: Final = rec.CRC.unpack_from
+_crc32: Final = zlib.crc32
+_MAGIC: Final = rec.MAGIC
+_KIND_MSG: Final = rec.KIND_MSG
+_HDR_SIZE: Final = rec.HDR_SIZE
+_NO_HDR: Final = rec.NO_HDR
 
 
 class BlockReads(BaseStore):
