@@ -18,14 +18,14 @@ whole answer in memory and the server can send it a slice per event-loop turn.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
 from jetraft.jetstream.api_types import RawReply, StatusReply
 from jetraft.jetstream.models import format_time, parse_time
 from jetraft.jetstream.msg_get import LenientMsgGet, MsgGetRequest
-from jetraft.jetstream.store.types import StoredMsg
+from jetraft.jetstream.store.types import RawMsg, StoredMsg
 from jetraft.jetstream.stream import Stream
 from jetraft.protocol.headers import encode_headers, parse_headers
 
@@ -34,9 +34,13 @@ from jetraft.protocol.headers import encode_headers, parse_headers
 MAX_DIRECT_BATCH_BYTES = 64 * 1024 * 1024
 MAX_MULTI_RESULTS = 1024
 # What the sender writes per event-loop turn before yielding to other work.
-DIRECT_SLICE_BYTES = 256 * 1024
+DIRECT_SLICE_BYTES: Final = 256 * 1024
 # Messages a batch loads from the store per call (unfiltered batches).
 _RUN_MSGS = 256
+
+
+Answer = tuple[bytes | None, bytes]
+"""One message of a lazy answer: (header block or None, payload), as ``RawReply`` holds it."""
 
 
 def load_one(stream: Stream, req: MsgGetRequest, start_ns: int | None) -> StoredMsg | None:
@@ -156,11 +160,17 @@ def _pending_tail(pending: int, last: int) -> str:
 def _direct_headers(stream: str, msg: StoredMsg, tail: str = "") -> bytes:
     """The stored headers and ours (for the stream named ``stream``): Nats-Stream, -Subject,
     -Sequence, -Time-Stamp, then ``tail`` (header lines, each ending in CRLF)."""
+    return _headers_of(stream, msg.subject, msg.seq, msg.ts_ns, msg.headers, tail)
+
+
+def _headers_of(
+    stream: str, subject: str, seq: int, ts_ns: int, stored: bytes | None, tail: str
+) -> bytes:
+    """``_direct_headers`` from a message's fields (a batch row has no message object)."""
     added = (
-        f"Nats-Stream: {stream}\r\nNats-Subject: {msg.subject}\r\n"
-        f"Nats-Sequence: {msg.seq}\r\nNats-Time-Stamp: {format_time(msg.ts_ns)}\r\n{tail}\r\n"
+        f"Nats-Stream: {stream}\r\nNats-Subject: {subject}\r\n"
+        f"Nats-Sequence: {seq}\r\nNats-Time-Stamp: {format_time(ts_ns)}\r\n{tail}\r\n"
     )
-    stored = msg.headers
     if not stored:
         # The common case, written in one piece: same block as encode_headers would build.
         return b"NATS/1.0\r\n" + added.encode()
@@ -180,9 +190,9 @@ def _direct_headers(stream: str, msg: StoredMsg, tail: str = "") -> bytes:
     items.extend(
         (
             ("Nats-Stream", stream),
-            ("Nats-Subject", msg.subject),
-            ("Nats-Sequence", str(msg.seq)),
-            ("Nats-Time-Stamp", format_time(msg.ts_ns)),
+            ("Nats-Subject", subject),
+            ("Nats-Sequence", str(seq)),
+            ("Nats-Time-Stamp", format_time(ts_ns)),
         )
     )
     for line in tail.split("\r\n"):
@@ -195,7 +205,7 @@ def _direct_headers(stream: str, msg: StoredMsg, tail: str = "") -> bytes:
 def direct_answer(
     stream: Stream, req: MsgGetRequest, start_ns: int | None, up_to_ns: int | None,
     limit_bytes: int = MAX_DIRECT_BATCH_BYTES,
-) -> RawReply | Iterator[RawReply]:
+) -> RawReply | Iterator[Answer]:
     """One message, or for batch / multi_last forms a lazy sequence ending with 204 EOB."""
     store = stream.store
     if req.multi_last:
@@ -217,50 +227,61 @@ def direct_answer(
 
 def _direct_batch(
     stream: Stream, req: MsgGetRequest, msg: StoredMsg, pending: int, limit_bytes: int
-) -> Iterator[RawReply]:
+) -> Iterator[Answer]:
     store = stream.store
     sent = sent_bytes = last = 0
     name = stream.name
     no_hdr = req.no_hdr
     filt = req.next_by_subj
-    # Our headers for a message without stored ones, as _direct_headers(..., _pending_tail())
-    # writes them, in one format per message.
+    # Our headers for a message without stored ones, as _headers_of(..., _pending_tail())
+    # writes them, in one format per message; a row's Nats-Last-Sequence is the previous
+    # row's sequence, whose text is kept.
     head = f"NATS/1.0\r\nNats-Stream: {name}\r\nNats-Subject: "
-    run = [msg]
+    last_text = "0"
+    run: list[RawMsg] = [(msg.seq, msg.subject, msg.headers, msg.data, msg.ts_ns)]
     while run:
-        for msg in run:
+        for seq, subject, stored, data, ts in run:
             if pending > 0:
                 pending -= 1
             if no_hdr:
                 hdr = None
-            elif msg.headers is None:
+            elif stored is None:
+                seq_text = str(seq)
                 hdr = (
-                    f"{head}{msg.subject}\r\nNats-Sequence: {msg.seq}\r\n"
-                    f"Nats-Time-Stamp: {format_time(msg.ts_ns)}\r\n"
-                    f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last}\r\n\r\n"
+                    f"{head}{subject}\r\nNats-Sequence: {seq_text}\r\n"
+                    f"Nats-Time-Stamp: {format_time(ts)}\r\n"
+                    f"Nats-Num-Pending: {pending}\r\nNats-Last-Sequence: {last_text}\r\n\r\n"
                 ).encode()
+                last_text = seq_text
             else:
-                hdr = _direct_headers(name, msg, _pending_tail(pending, last))
-            yield RawReply(hdr, msg.data)
-            last, sent = msg.seq, sent + 1
-            sent_bytes += len(msg.subject) + len(msg.headers or b"") + len(msg.data)
+                hdr = _headers_of(name, subject, seq, ts, stored, _pending_tail(pending, last))
+                last_text = str(seq)
+            # A plain pair, not a RawReply: building a NamedTuple runs interpreted code.
+            yield hdr, data
+            last, sent = seq, sent + 1
+            sent_bytes += len(subject) + len(data)
+            if stored is not None:
+                sent_bytes += len(stored)
             if sent >= req.batch or sent_bytes >= limit_bytes:
                 run = []
                 break
         else:
             if filt:
                 found = store.load_next(last + 1, filt)
-                run = [found] if found is not None else []
+                run = []
+                if found is not None:
+                    run.append((found.seq, found.subject, found.headers, found.data, found.ts_ns))
             else:
                 # Unfiltered batches walk consecutive sequences: one store call per run
-                # (bounded like a slice, so a run never holds much more than one).
-                run = store.load_run(
+                # (bounded like a slice, so a run never holds much more than one), the rows
+                # read straight from the records (no message object per row).
+                run = store.load_raw_run(
                     last + 1,
                     min(req.batch - sent, _RUN_MSGS),
                     min(limit_bytes - sent_bytes, DIRECT_SLICE_BYTES),
                 )
     eob = (("Nats-Num-Pending", str(pending)), ("Nats-Last-Sequence", str(last)))
-    yield RawReply(encode_headers(eob, status=204, description="EOB"), b"")
+    yield encode_headers(eob, status=204, description="EOB"), b""
 
 
 def _direct_multi(

@@ -10,12 +10,12 @@ from __future__ import annotations
 import functools
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
-ZERO_TIME = "0001-01-01T00:00:00Z"
-NS_PER_S = 1_000_000_000
+ZERO_TIME: Final = "0001-01-01T00:00:00Z"
+NS_PER_S: Final = 1_000_000_000
 
 _RFC3339_RE = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?"
@@ -25,25 +25,30 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 # The last second formatted, (seconds, text): consecutive calls (the messages of a batch)
-# mostly share it. One tuple, replaced whole, so threads never see a mixed pair.
-_last_second: tuple[int, str] = (-1, "")
+# mostly share it. One tuple, replaced whole, so threads never see a mixed pair; kept in a
+# Final list rather than a rebound global, which the compiled build reads without a
+# module-dict lookup.
+_LAST_SECOND: Final[list[tuple[int, str]]] = [(-1, "")]
+_NINE_DIGITS: Final = 100_000_000
 
 
 def format_time(ns: int) -> str:
     """Nanoseconds since the epoch as Go's RFC3339Nano in UTC; 0 is Go's zero time."""
-    global _last_second
     if ns <= 0:
         return ZERO_TIME
-    secs, frac = divmod(ns, NS_PER_S)
-    last = _last_second
+    secs = ns // NS_PER_S  # not divmod: // and - on ints stay native in the compiled build
+    frac = ns - secs * NS_PER_S
+    last = _LAST_SECOND[0]
     if last[0] == secs:
         text = last[1]
     else:
         text = _second_text(secs)
-        _last_second = (secs, text)
+        _LAST_SECOND[0] = (secs, text)
     if frac:
-        # The fraction with its leading zeros, trailing zeros cut (str() of an int is
-        # cheaper than a format spec).
+        if frac >= _NINE_DIGITS and frac % 10:
+            # Nine digits, the last not a zero (nine times in ten): the fraction as it is.
+            return f"{text}.{frac}Z"
+        # The fraction with its leading zeros, trailing zeros cut.
         return f"{text}.{str(frac + NS_PER_S)[1:].rstrip('0')}Z"
     return text + "Z"
 

@@ -33,3 +33,18 @@ def test_examples() -> None:
     assert format_time(1_700_000_000_120_000_000) == "2023-11-14T22:13:20.12Z"
     assert format_time(1_700_000_000_000_000_001) == "2023-11-14T22:13:20.000000001Z"
     assert format_time(0) == ZERO_TIME
+
+
+@given(
+    st.integers(1, 4_000_000_000),
+    st.one_of(
+        st.integers(0, 10**9 - 1),
+        st.sampled_from([1, 10, 99_999_999, 100_000_000, 100_000_001, 999_999_990, 10**9 - 1]),
+        st.integers(1, 10**8).map(lambda n: n * 10),  # trailing zeros
+    ),
+)
+def test_fractions_around_the_nine_digit_shortcut(secs: int, frac: int) -> None:
+    """Nine-digit fractions without a trailing zero are written as they are, the others
+    padded and cut: both as the reference writes them."""
+    ns = secs * 10**9 + frac
+    assert format_time(ns) == reference(ns)

@@ -121,3 +121,66 @@ def test_a_run_past_the_flush_threshold_flushes_where_each_would(monkeypatch: An
         ref_router.route_message(None, ref_acct, subject, None, None, data)
     assert _written(conns) == _written(ref_conns)
     assert len(conns[0].transport.writes) == 2  # type: ignore[union-attr]
+
+
+# --- DIRECT.GET slices to one inbox (``ClientConnection.deliver_replies``) -------------------
+
+_HDR = b"NATS/1.0\r\nNats-Stream: S\r\nNats-Sequence: 7\r\n\r\n"
+_REPLIES = st.lists(
+    st.tuples(st.booleans(), st.sampled_from([0, 5, 130, 40_000])), min_size=1, max_size=30
+)
+
+
+def _reference_replies(
+    router: Router, acct: Account, subject: str, items: list[tuple[bytes | None, bytes]]
+) -> int:
+    """``route_replies`` as delivering each message alone, stopping at one nobody took."""
+    got = 0
+    for hdr, data in items:
+        got = router.route_message(None, acct, subject, None, hdr, data)
+        if not got:
+            break
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    raw=_REPLIES,
+    stem=st.sampled_from(["_INBOX.a.", "_INBOX.both.", "_INBOX.lim.", "_INBOX.x."]),
+    headers=st.booleans(),
+    flush_bytes=st.sampled_from([100, 256 * 1024]),
+)
+def test_replies_write_what_delivering_each_writes(
+    raw: list[tuple[bool, int]], stem: str, headers: bool, flush_bytes: int
+) -> None:
+    """A slice of a direct-get batch to one subject: the same frames, flushes, counters and
+    answer as delivering each message alone; to one plain subscription (``_INBOX.a``) it
+    goes in one call, to others (two receivers, a message limit, nobody) one by one; a
+    client that did not announce headers gets the payloads alone either way."""
+    items = [(_HDR if h else None, b"%d" % i * size) for i, (h, size) in enumerate(raw)]
+    saved = client_conn._FLUSH_BYTES
+    client_conn._FLUSH_BYTES = flush_bytes
+    try:
+        router, acct, conns, soon = _setup()
+        ref_router, ref_acct, ref_conns, ref_soon = _setup()
+        for c in (*conns, *ref_conns):
+            c.headers = headers
+        got = router.route_replies(acct, f"{stem}1", items)
+        want = _reference_replies(ref_router, ref_acct, f"{stem}1", items)
+    finally:
+        client_conn._FLUSH_BYTES = saved
+    assert got == want
+    assert _written(conns) == _written(ref_conns)
+    assert acct.stats == ref_acct.stats
+    assert len(soon) == len(ref_soon)
+
+
+def test_a_slice_to_a_closed_inbox_stops_at_once() -> None:
+    router, acct, conns, _ = _setup()
+    ref_router, ref_acct, ref_conns, _ = _setup()
+    for c in (conns[0], ref_conns[0]):
+        c.closed = True
+    items: list[tuple[bytes | None, bytes]] = [(_HDR, b"a"), (None, b"b")]
+    assert router.route_replies(acct, "_INBOX.a.1", items) == 0
+    assert _reference_replies(ref_router, ref_acct, "_INBOX.a.1", items) == 0
+    assert acct.stats == ref_acct.stats and acct.stats.in_msgs == 1

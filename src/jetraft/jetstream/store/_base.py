@@ -22,6 +22,7 @@ from jetraft.jetstream.store.types import (
     Filters,
     Limits,
     PlainMsg,
+    RawMsg,
     StoreClosed,
     StoreCorruption,
     StoredMsg,
@@ -352,6 +353,15 @@ class BaseStore:
                     break
             seq += 1
         return out
+
+    def load_raw_run(self, start_seq: int, max_msgs: int, max_bytes: int = 0) -> list[RawMsg]:
+        """``load_run`` as (seq, subject, headers, data, ts_ns) tuples. The memory store
+        keeps message objects anyway; the file store reads its records straight into the
+        tuples (``BlockReads.load_raw_run``)."""
+        return [
+            (m.seq, m.subject, m.headers, m.data, m.ts_ns)
+            for m in self.load_run(start_seq, max_msgs, max_bytes)
+        ]
 
     def load_prev(self, seq: int, filters: Filters = None) -> StoredMsg | None:
         """The last message with seq <= ``seq`` matching any of ``filters``."""

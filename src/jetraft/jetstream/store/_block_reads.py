@@ -15,17 +15,29 @@ the store calls: ``load`` is the consumers' per-message path, and its calls stay
 from __future__ import annotations
 
 import zlib
+from typing import Final
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store._blocks import OFF_BITS, OFF_MASK, Block, ReadFiles
 from jetraft.jetstream.store.cipher import CipherError, RecordCipher
-from jetraft.jetstream.store.types import StoreClosed, StoreCorruption, StoredMsg, StoreError
+from jetraft.jetstream.store.types import (
+    RawMsg,
+    StoreClosed,
+    StoreCorruption,
+    StoredMsg,
+    StoreError,
+)
 
-_unpack_head = rec.HEADER.unpack_from
-_unpack_crc = rec.CRC.unpack_from
-_crc32 = zlib.crc32
-_MAGIC, _KIND_MSG, _HDR_SIZE, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.HDR_SIZE, rec.NO_HDR
+# Final: the compiled build keeps these in C statics, read without a module-dict lookup
+# (``load`` and ``load_raw_run`` read them per record).
+_unpack_head: Final = rec.HEADER.unpack_from
+_unpack_crc: Final = rec.CRC.unpack_from
+_crc32: Final = zlib.crc32
+_MAGIC: Final = rec.MAGIC
+_KIND_MSG: Final = rec.KIND_MSG
+_HDR_SIZE: Final = rec.HDR_SIZE
+_NO_HDR: Final = rec.NO_HDR
 
 
 class BlockReads(BaseStore):
@@ -144,6 +156,93 @@ class BlockReads(BaseStore):
                     return StoredMsg(seq, name, None, buf[p:e], ts)
                 return StoredMsg(seq, name, buf[p : p + hlen] or None, buf[p + hlen : e], ts)
         return self._read_at(seq, loc, rlen, sid)
+
+    def load_raw_run(self, start_seq: int, max_msgs: int, max_bytes: int = 0) -> list[RawMsg]:
+        """``load_run`` as tuples, read straight from the read-ahead buffer: the records of a
+        run are mostly consecutive in one block, so a row costs an index lookup, the record
+        checks ``load`` makes (magic, length, kind, sequence, CRC) and two slices, with no
+        message object and no call per row. A record outside the buffer (the first of a
+        run, one in the write buffer, every record of an encrypted store) goes through
+        ``_read_at``, which reads ahead for the next ones."""
+        if self._closed or self._failed is not None:
+            self._check()
+        out: list[RawMsg] = []
+        if max_msgs <= 0:
+            return out
+        ix = self._ix
+        names = ix.names
+        seq = start_seq if start_seq > ix.first else ix.first
+        last = ix.last
+        size = 0
+        plain = self._cipher is None
+        active = self._active
+        # The buffer's block, offset and bytes (-1: none usable), and where the last row
+        # read from it ended: written back to ``_last_end`` before any other read, as the
+        # read-ahead decision depends on it.
+        cb, cstart, buf = -1, 0, b""
+        c = self._rcache
+        if c is not None and plain:
+            cb, cstart, buf = c
+        end_b = end_off = -1
+        while seq <= last:
+            found = ix.locate(seq)
+            if found is None:
+                seq = ix.next_live(seq)
+                if not seq:
+                    break
+                continue
+            loc, rlen, sid = found
+            bidx, off = loc >> OFF_BITS, loc & OFF_MASK
+            o = off - cstart
+            if (
+                bidx == cb
+                and o >= 0
+                and o + rlen <= len(buf)
+                and (bidx != active.idx or off < active.size)
+            ):
+                # ``load``'s checks, on the buffer.
+                magic, rec_len, kind, _, slen, rseq, ts, hlen = _unpack_head(buf, o)
+                e = o + rlen - 4
+                if (
+                    magic != _MAGIC
+                    or rec_len != rlen
+                    or kind != _KIND_MSG
+                    or rseq != seq
+                    or _crc32(buf[o:e]) != _unpack_crc(buf, e)[0]
+                ):
+                    self._last_end = (bidx, off + rlen)
+                    raise StoreCorruption(self._blocks[bidx].path, off, f"bad record for seq {seq}")
+                name = names[sid]
+                assert name is not None
+                p = o + _HDR_SIZE + slen
+                hdrs: bytes | None = None
+                if hlen != _NO_HDR:
+                    hdrs = buf[p : p + hlen] or None
+                    p += hlen
+                data = buf[p:e]
+                end_b, end_off = bidx, off + rlen
+            else:
+                if end_b >= 0:
+                    self._last_end = (end_b, end_off)
+                    end_b = -1
+                m = self._read_at(seq, loc, rlen, sid)
+                name, hdrs, data, ts = m.subject, m.headers, m.data, m.ts_ns
+                c = self._rcache
+                if c is not None and plain:
+                    cb, cstart, buf = c
+            out.append((seq, name, hdrs, data, ts))
+            if len(out) >= max_msgs:
+                break
+            if max_bytes:
+                size += len(name) + len(data)
+                if hdrs is not None:
+                    size += len(hdrs)
+                if size >= max_bytes:
+                    break
+            seq += 1
+        if end_b >= 0:
+            self._last_end = (end_b, end_off)
+        return out
 
     def _read(self, seq: int) -> StoredMsg:
         found = self._ix.locate(seq)

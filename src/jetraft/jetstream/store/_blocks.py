@@ -7,12 +7,14 @@ from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Final
 
 from jetraft.jetstream.store.disk import ReadFile, StoreDisk
 
 BLOCK_RE = re.compile(r"^blk\.(\d{8})\.dat$")
-OFF_BITS = 40  # a location is (block index << 40) | offset
-OFF_MASK = (1 << OFF_BITS) - 1
+# Final: constants the compiled build inlines (the read paths split a location per record).
+OFF_BITS: Final = 40  # a location is (block index << 40) | offset
+OFF_MASK: Final = (1 << OFF_BITS) - 1
 _MAX_READ_FILES = 32
 
 

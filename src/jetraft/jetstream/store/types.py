@@ -68,6 +68,11 @@ def memory_msg_size(subject: str, headers: bytes | None, data: bytes) -> int:
     return 16 + len(subject) + (len(headers) if headers else 0) + len(data)
 
 
+RawMsg = tuple[int, str, bytes | None, bytes, int]
+"""(seq, subject, headers or None, data, ts_ns): a stored message's fields without the
+message object, what ``load_raw_run`` returns (the batch reads' per-row cost)."""
+
+
 class StoredMsg(msgspec.Struct, frozen=True):
     """One stored message (a Struct: one is made per read, and building a frozen dataclass
     costs several times as much)."""
@@ -189,6 +194,11 @@ class StreamStore(Protocol):
         """Up to ``max_msgs`` live messages from ``start_seq`` on, as repeated unfiltered
         ``load_next`` calls would return them; stops after the one that brings their size
         (subject, headers, data) to ``max_bytes`` (0: no byte bound)."""
+        ...
+
+    def load_raw_run(self, start_seq: int, max_msgs: int, max_bytes: int = 0) -> list[RawMsg]:
+        """``load_run``'s messages as (seq, subject, headers, data, ts_ns) tuples, the same
+        fields, bounds and checks (a damaged record raises ``StoreCorruption`` alike)."""
         ...
 
     def load_prev(self, seq: int, filters: Filters = None) -> StoredMsg | None: ...

@@ -302,6 +302,11 @@ class RouteConnection(asyncio.Protocol):
     ) -> tuple[int, int]:
         return 0, 0  # as ``deliver``: the router forwards to routes itself
 
+    def deliver_replies(
+        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> tuple[int, int]:
+        return 0, 0  # as ``deliver``: the router forwards to routes itself
+
     def forward(
         self,
         account: Account,

@@ -60,6 +60,16 @@ class Subscriber(Protocol):
         returns how many were delivered and their payload bytes."""
         ...
 
+    def deliver_replies(
+        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> tuple[int, int]:
+        """Write ``items`` ((header block or None, payload), no reply: a slice of a
+        DIRECT.GET batch) to ``subject`` for ``sub`` as ``deliver`` would one by one, in
+        order, stopping before the first one ``deliver`` would refuse; returns how many
+        were delivered and their bytes (header blocks and payloads). Called only on an
+        owner that ``frames_answers``."""
+        ...
+
 
 
 def deliver_each(
@@ -77,6 +87,20 @@ def deliver_each(
         if owner.deliver(sub, subject, None, None, data):
             msgs += 1
             size += len(data)
+    return msgs, size
+
+
+def deliver_replies_each(
+    owner: Subscriber, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+) -> tuple[int, int]:
+    """``Subscriber.deliver_replies`` one ``deliver`` at a time (permissions, a message limit
+    or a client without headers decide per message)."""
+    msgs = size = 0
+    for hdr, data in items:
+        if not owner.deliver(sub, subject, None, hdr, data):
+            break
+        msgs += 1
+        size += len(data) if hdr is None else len(hdr) + len(data)
     return msgs, size
 
 

@@ -10,7 +10,12 @@ import secrets
 from collections.abc import Callable, Sequence
 
 from jetraft.protocol.client import PubBatch, split_body
-from jetraft.server.core.accounts import Account, Subscription, deliver_each
+from jetraft.server.core.accounts import (
+    Account,
+    Subscription,
+    deliver_each,
+    deliver_replies_each,
+)
 from jetraft.server.core.router import Router
 
 log = logging.getLogger("jetraft.internal")
@@ -136,6 +141,11 @@ class InternalClient:
         self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
     ) -> tuple[int, int]:
         return deliver_each(self, sub, answers, first, stop)
+
+    def deliver_replies(
+        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> tuple[int, int]:
+        return deliver_replies_each(self, sub, subject, items)
 
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int

@@ -241,9 +241,27 @@ class Router:
         """Messages (header block or None, payload) from a server component to one subject
         without reply, in order (a slice of a DIRECT.GET batch): as ``route_message`` for
         each, matched once while the interest stays as it was. Stops at the first message
-        nobody took; returns how many receivers took the last one (0: nobody listens)."""
-        msgs = [(subject, None, hdr, data) for hdr, data in items]
-        return self._route_matched(account, subject, msgs, stop_unheard=True)
+        nobody took; returns how many receivers took the last one (0: nobody listens).
+        When the one receiver is a plain subscription of an owner that ``frames_answers``
+        (the requester's inbox), the whole slice goes to it in one call."""
+        match = account.sublist.match(subject)
+        plain = match.plain
+        if items and not match.queues and len(plain) == 1:
+            sub = plain[0]
+            conn = sub.conn
+            if conn.frames_answers and not conn.is_route and not sub.max_msgs:
+                # Delivering cannot change who is subscribed here but by closing, which
+                # stops the slice: what the per-message matching below would find too.
+                msgs, size = conn.deliver_replies(sub, subject, items)
+                in_msgs, in_bytes = msgs, size
+                if msgs < len(items):  # the message nobody took is counted in, as below
+                    hdr, data = items[msgs]
+                    in_msgs += 1
+                    in_bytes += len(data) if hdr is None else len(hdr) + len(data)
+                account.stats.add(in_msgs, in_bytes, msgs, size)
+                return 1 if msgs == len(items) else 0
+        routed = [(subject, None, hdr, data) for hdr, data in items]
+        return self._route_matched(account, subject, routed, stop_unheard=True)
 
     def route_deliveries(
         self,

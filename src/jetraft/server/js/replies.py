@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from jetraft.jetstream.api_types import RawReply, StatusReply
-from jetraft.jetstream.direct_get import DIRECT_SLICE_BYTES
+from jetraft.jetstream.direct_get import DIRECT_SLICE_BYTES, Answer
 from jetraft.jetstream.models import encode_json
 from jetraft.protocol.headers import encode_headers
 
@@ -45,16 +45,17 @@ def send_response(client: Publisher, reply: str, out: Any) -> None:
         send_slices(client, reply, out)
 
 
-def send_slices(client: Publisher, reply: str, replies: Iterator[RawReply]) -> None:
+def send_slices(client: Publisher, reply: str, replies: Iterator[Answer]) -> None:
     """A lazy answer (DIRECT.GET batches): one slice per loop turn, so that a large batch
     neither builds up in memory nor holds the loop; stops when the requester is gone."""
     sent = 0
-    items: list[tuple[bytes | None, bytes]] = []
+    items: list[Answer] = []
     more = False
     try:
         for item in replies:
-            items.append(item)  # a RawReply is its own (hdr, data) pair
-            sent += len(item.data) + len(item.hdr or b"")
+            items.append(item)  # (hdr, data) pairs, RawReply ones too
+            hdr = item[0]
+            sent += len(item[1]) if hdr is None else len(item[1]) + len(hdr)
             if sent >= DIRECT_SLICE_BYTES:
                 more = True
                 break

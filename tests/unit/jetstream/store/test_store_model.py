@@ -353,8 +353,9 @@ class StoreMachine(RuleBasedStateMachine):
 
 
     def _same_runs(self) -> None:
-        """``load_run`` returns what repeated unfiltered ``load_next`` calls return, cut by
-        its message count and byte bound (the model's own walk is the reference)."""
+        """``load_run`` (and ``load_raw_run``, as tuples) returns what repeated unfiltered
+        ``load_next`` calls return, cut by its message count and byte bound (the model's
+        own walk is the reference)."""
         m = self.model
         starts = sorted({0, m.first, m.first + 1, (m.first + m.last) // 2, m.last, m.last + 1})
         for start in starts:
@@ -376,6 +377,8 @@ class StoreMachine(RuleBasedStateMachine):
                 for s in self.stores():
                     got = s.load_run(start, max_msgs, max_bytes)
                     assert [(g.seq, g.subject, g.headers, g.data, g.ts_ns) for g in got] == want
+                    # The rows without message objects: the same fields, the same bounds.
+                    assert s.load_raw_run(start, max_msgs, max_bytes) == want
                     if max_msgs > 0:  # the first is exactly what load_next returns
                         assert (got[0] if got else None) == s.load_next(start)
 
