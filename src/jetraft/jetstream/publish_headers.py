@@ -60,11 +60,12 @@ def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
     # inside the value.
     if body[end] != 13 or body[end + 1] != 10:
         return None
-    raw = body[_LONE_AT:end]
-    if b"\r\n" in raw:
+    start = _LONE_AT
+    if start < end and body[start] == 32:
+        start += 1  # the one space after the colon, skipped without a slice of its own
+    raw = body[start:end]
+    if b"\r\n" in raw:  # (a CRLF cannot begin with that space: the same test as on all)
         return None
-    if raw[:1] == b" ":
-        raw = raw[1:]
     if raw and (raw[0] in _BLANKS or raw[-1] in _BLANKS):
         raw = raw.strip()
     return raw.decode("utf-8", "replace")

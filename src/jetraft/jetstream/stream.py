@@ -82,7 +82,6 @@ from jetraft.jetstream.retention import (
     unneeded,
 )
 from jetraft.jetstream.sourcing import SourcePositions, source_position
-from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.transform import SubjectTransform as Transform
@@ -388,59 +387,6 @@ class Stream:
             obs.on_stored(seq, subject)
         for cb in self._listeners:
             cb(seq)
-
-    def takes_lone_ids(self) -> bool:
-        """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
-        check to a message carrying only a Nats-Msg-Id."""
-        cfg = self.config
-        return (
-            not cfg.sealed
-            and cfg.retention == "limits"
-            and cfg.discard != "new"
-            and self._itr is None
-            and self._rtr is None
-        )
-
-    def store_with_id(
-        self, subject: str, hdr: bytes, data: bytes, msg_id: str, ts_ns: int
-    ) -> tuple[int, bool] | None:
-        """Apply ``StoreMsg(subject, _, hdr, data, ts_ns)`` whose header block is the lone
-        ``msg_id`` (``lone_msg_id``), on a stream that ``takes_lone_ids``: the decisions of
-        ``_apply_msg_checked`` for such a message, in its order, without building the entry
-        or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
-        leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
-        cfg = self.config
-        window = self._dedupe
-        dd = window.ids
-        if msg_id:
-            if dd and ts_ns > window.prune_due:
-                window.prune(ts_ns, cfg.duplicate_window)
-            seen = dd.get(msg_id)
-            if seen is not None:
-                return seen, True
-        size_limit = cfg.max_msg_size
-        hlen = len(hdr)
-        if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
-            return None
-        store = self.store
-        if isinstance(store, BaseStore):
-            # The stores of this package: a direct call in the compiled build (through the
-            # StreamStore protocol it is a generic Python call, with its arguments boxed).
-            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-                return None
-            seq, removed = store.store(subject, hdr, data, ts_ns)
-        else:
-            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-                return None
-            seq, removed = store.store(subject, hdr, data, ts_ns)
-        self.last_msg_id = msg_id
-        if msg_id and cfg.duplicate_window > 0:
-            # DedupeWindow.add_new inline (the id was looked up above: it is new).
-            dd[msg_id] = seq
-            window.order.append(msg_id)
-            window.times.append(ts_ns)
-        self._stored(seq, subject, removed)
-        return seq, False
 
     def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
         """A publish with headers, or to a stream whose config needs more checks."""
