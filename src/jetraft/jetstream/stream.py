@@ -179,6 +179,7 @@ class Stream:
         self.consumers: dict[str, RetentionConsumer] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._observers: list[StreamObserver] = []
+        self._store_observers: list[StreamObserver] = []  # those told of each stored message
         self._dedupe = DedupeWindow()
         self.last_msg_id = ""
         self._ttl = TtlSchedule()
@@ -216,12 +217,18 @@ class Stream:
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    def add_observer(self, observer: StreamObserver) -> None:
+    def add_observer(self, observer: StreamObserver, stores: bool = True) -> None:
+        """``stores=False``: an observer with nothing to do on ``on_stored`` is not called
+        for every stored message (a call through the protocol is a generic one)."""
         self._observers.append(observer)
+        if stores:
+            self._store_observers.append(observer)
 
     def remove_observer(self, observer: StreamObserver) -> None:
         if observer in self._observers:
             self._observers.remove(observer)
+        if observer in self._store_observers:
+            self._store_observers.remove(observer)
 
     def add_consumer(self, consumer: RetentionConsumer) -> None:
         self.consumers[consumer.name] = consumer
@@ -258,7 +265,7 @@ class Stream:
             # Observers hear of each once all are stored (they only take note, nothing in
             # between looks at the store).
             seq = self.store.store_run(msgs)
-            if self._observers or self._listeners:
+            if self._store_observers or self._listeners:
                 for k, e in enumerate(msgs):
                     self._stored(seq + k, e.subject, [])
             if not answers:
@@ -383,7 +390,7 @@ class Stream:
         the observers (consumers) and listeners (waiters on new messages)."""
         if removed:
             self._tell_removed(removed)
-        for obs in self._observers:
+        for obs in self._store_observers:
             obs.on_stored(seq, subject)
         for cb in self._listeners:
             cb(seq)

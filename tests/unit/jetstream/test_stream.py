@@ -367,6 +367,18 @@ def test_observers_hear_changes() -> None:
     s.apply(Purge())
     assert events == [("stored", 1), ("removed", [1]), ("stored", 2), ("purged", 3)]
     assert last == [1, 2]
+    # One that says it has nothing to do per stored message hears only the rest (each
+    # removal twice: both observers hear it).
+    events.clear()
+    quiet = Obs()
+    s.add_observer(quiet, stores=False)
+    pub(s)
+    pub(s)
+    assert events == [("stored", 3), ("removed", [3]), ("removed", [3]), ("stored", 4)]
+    s.remove_observer(quiet)
+    events.clear()
+    pub(s)
+    assert events == [("removed", [4]), ("stored", 5)]
 
 
 def test_recover_rebuilds_dedupe_and_last_msg_id() -> None:

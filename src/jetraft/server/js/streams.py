@@ -105,7 +105,7 @@ class StreamRuntime:
         env = ConsumerEnv(acct.router, acct.account, acct.rng)
         self.consumers = StreamConsumers(env, self, cipher=cipher, created=created)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
-        stream.add_observer(self)
+        stream.add_observer(self, stores=False)  # (on_stored has nothing to do)
         self.closed = False
         self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit, gate=created)
         # (reply, PubAck body) waiting for the next commit (one batch)
