@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.dedupe import DedupeWindow
@@ -89,7 +89,7 @@ from jetraft.protocol.transform import SubjectTransform as Transform
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
 # stream there; from then on publishes are refused (nats-server would wrap around to 0).
-MAX_SEQ = 2**64 - 2
+MAX_SEQ: Final = 2**64 - 2
 
 # The entries and PubAck live in ``entries`` (a module that is never compiled, see there),
 # the header parsing in ``publish_headers``; their names stay importable from here.
@@ -223,6 +223,14 @@ class Stream:
         self._observers.append(observer)
         if stores:
             self._store_observers.append(observer)
+
+    def observe_stores(self, observer: StreamObserver, stores: bool) -> None:
+        """Whether an observer already added is told of each stored message from now on."""
+        listed = observer in self._store_observers
+        if stores and not listed:
+            self._store_observers.append(observer)
+        elif listed and not stores:
+            self._store_observers.remove(observer)
 
     def remove_observer(self, observer: StreamObserver) -> None:
         if observer in self._observers:

@@ -589,6 +589,15 @@ def test_lone_msg_id_in_a_body_is_that_of_its_header_block(
     assert lone_msg_id_in(body, hdr_len) == lone_msg_id(body[:hdr_len])
 
 
+def test_the_lone_id_reading_strips_what_bytes_strip_does() -> None:
+    from jetraft.jetstream import publish_headers as ph
+
+    assert len(ph.LONE_MSG_ID) == ph._LONE_AT
+    assert [c for c in range(256) if ph._blank(c)] == [
+        c for c in range(256) if not bytes([c]).strip()
+    ]
+
+
 # --- store_lone_id: the lone Nats-Msg-Id fast path decides as apply() does ------------------
 
 

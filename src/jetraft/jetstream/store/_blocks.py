@@ -7,11 +7,12 @@ from array import array
 from bisect import bisect_left
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Final
 
 from jetraft.jetstream.store.disk import ReadFile, StoreDisk
 
 BLOCK_RE = re.compile(r"^blk\.(\d{8})\.dat$")
-OFF_BITS = 40  # a location is (block index << 40) | offset
+OFF_BITS: Final = 40  # a location is (block index << 40) | offset
 OFF_MASK = (1 << OFF_BITS) - 1
 _MAX_READ_FILES = 32
 

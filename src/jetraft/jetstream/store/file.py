@@ -54,6 +54,7 @@ import fcntl
 import os
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._blocks import OFF_BITS, Block, ReadFiles, block_name
@@ -71,12 +72,16 @@ from jetraft.jetstream.store.types import (
 )
 
 DEFAULT_BLOCK_SIZE = 8 << 20
-_pack_head = rec.HEADER.pack
-_pack_crc = rec.CRC.pack
-_OVERHEAD = rec.OVERHEAD
-_crc32 = zlib.crc32
-_MAGIC, _KIND_MSG, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.NO_HDR
-FLUSH_BYTES = 1 << 20  # write the buffer to the OS once it holds this much
+# Final: the compiled build reads these as C statics (or constants); a plain module global
+# is a dict lookup at every use, several per stored message.
+_pack_head: Final = rec.HEADER.pack
+_pack_crc: Final = rec.CRC.pack
+_OVERHEAD: Final = 36  # rec.OVERHEAD, as a literal: a constant in the compiled code
+_crc32: Final = zlib.crc32
+_MAGIC: Final = rec.MAGIC
+_KIND_MSG: Final = 1  # rec.KIND_MSG
+_NO_HDR: Final = 0xFFFFFFFF  # rec.NO_HDR
+FLUSH_BYTES: Final = 1 << 20  # write the buffer to the OS once it holds this much
 READ_AHEAD = 128 << 10
 
 

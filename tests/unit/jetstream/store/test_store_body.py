@@ -79,3 +79,12 @@ def test_memory_store_stores_the_same(
 ) -> None:
     limits = Limits(max_msgs_per_subject=per_subject)
     _same(MemoryStore(limits), MemoryStore(limits), msgs)
+
+
+def test_the_file_stores_literal_constants_are_the_record_formats() -> None:
+    from jetraft.jetstream.store import _records as rec
+    from jetraft.jetstream.store import file
+
+    assert (file._OVERHEAD, file._KIND_MSG, file._NO_HDR, file._MAGIC) == (
+        rec.OVERHEAD, rec.KIND_MSG, rec.NO_HDR, rec.MAGIC
+    )
