@@ -40,6 +40,7 @@ MYPYC_MODULES = [
     "src/jetraft/server/core/sublist.py",
     "src/jetraft/jetstream/stream.py",
     "src/jetraft/jetstream/publish_headers.py",
+    "src/jetraft/jetstream/lone_id_publish.py",
     "src/jetraft/jetstream/dedupe.py",
     "src/jetraft/jetstream/republish.py",
     "src/jetraft/jetstream/retention.py",

@@ -19,7 +19,7 @@ from jetraft.jetstream.stream_config import StreamConfig
 from jetraft.protocol.subjects import is_literal
 
 NS_PER_S = 1_000_000_000
-MAX_HEADER_LEN = 65535
+MAX_HEADER_LEN: Final = 65535
 
 # Header names, lower-cased (lookups are case-insensitive, as in nats-server).
 MSG_ID = "nats-msg-id"
@@ -32,8 +32,8 @@ ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
 
 
-LONE_MSG_ID = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
-_LONE_AT = len(LONE_MSG_ID)
+LONE_MSG_ID: Final = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
+_LONE_AT: Final = 22  # len(LONE_MSG_ID), as a literal: a constant in the compiled code
 
 
 def lone_msg_id(hdr: bytes) -> str | None:
@@ -44,7 +44,10 @@ def lone_msg_id(hdr: bytes) -> str | None:
     return None
 
 
-_BLANKS: Final = b" \t\n\r\x0b\x0c"  # what bytes.strip() removes
+def _blank(c: int) -> bool:
+    """Whether ``bytes.strip()`` removes the byte ``c`` (space, tab, LF, VT, FF, CR): integer
+    tests, native in the compiled build (membership in a bytes constant is a generic call)."""
+    return c == 32 or 9 <= c <= 13
 
 
 def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
@@ -60,12 +63,13 @@ def lone_msg_id_in(body: bytes, hdr_len: int) -> str | None:
     # inside the value.
     if body[end] != 13 or body[end + 1] != 10:
         return None
-    raw = body[_LONE_AT:end]
-    if b"\r\n" in raw:
+    start = _LONE_AT
+    if start < end and body[start] == 32:
+        start += 1  # the one space after the colon, skipped without a slice of its own
+    raw = body[start:end]
+    if b"\r\n" in raw:  # (a CRLF cannot begin with that space: the same test as on all)
         return None
-    if raw[:1] == b" ":
-        raw = raw[1:]
-    if raw and (raw[0] in _BLANKS or raw[-1] in _BLANKS):
+    if raw and (_blank(raw[0]) or _blank(raw[-1])):
         raw = raw.strip()
     return raw.decode("utf-8", "replace")
 

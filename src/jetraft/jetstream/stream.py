@@ -30,7 +30,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.dedupe import DedupeWindow
@@ -82,7 +82,6 @@ from jetraft.jetstream.retention import (
     unneeded,
 )
 from jetraft.jetstream.sourcing import SourcePositions, source_position
-from jetraft.jetstream.store._base import BaseStore
 from jetraft.jetstream.store.types import ERR_MAX_MSG_SIZE, Limits, StoredMsg, StreamStore
 from jetraft.jetstream.stream_config import RePublish, StreamConfig
 from jetraft.protocol.transform import SubjectTransform as Transform
@@ -90,7 +89,7 @@ from jetraft.protocol.transform import SubjectTransform as Transform
 # Sequences are uint64 on disk and on the wire, and the first sequence of an emptied stream is
 # last + 1, so the last message may take 2**64 - 2. A purge to a huge sequence can bring a
 # stream there; from then on publishes are refused (nats-server would wrap around to 0).
-MAX_SEQ = 2**64 - 2
+MAX_SEQ: Final = 2**64 - 2
 
 # The entries and PubAck live in ``entries`` (a module that is never compiled, see there),
 # the header parsing in ``publish_headers``; their names stay importable from here.
@@ -180,6 +179,7 @@ class Stream:
         self.consumers: dict[str, RetentionConsumer] = {}
         self._listeners: list[Callable[[int], None]] = []
         self._observers: list[StreamObserver] = []
+        self._store_observers: list[StreamObserver] = []  # those told of each stored message
         self._dedupe = DedupeWindow()
         self.last_msg_id = ""
         self._ttl = TtlSchedule()
@@ -217,12 +217,26 @@ class Stream:
         if callback in self._listeners:
             self._listeners.remove(callback)
 
-    def add_observer(self, observer: StreamObserver) -> None:
+    def add_observer(self, observer: StreamObserver, stores: bool = True) -> None:
+        """``stores=False``: an observer with nothing to do on ``on_stored`` is not called
+        for every stored message (a call through the protocol is a generic one)."""
         self._observers.append(observer)
+        if stores:
+            self._store_observers.append(observer)
+
+    def observe_stores(self, observer: StreamObserver, stores: bool) -> None:
+        """Whether an observer already added is told of each stored message from now on."""
+        listed = observer in self._store_observers
+        if stores and not listed:
+            self._store_observers.append(observer)
+        elif listed and not stores:
+            self._store_observers.remove(observer)
 
     def remove_observer(self, observer: StreamObserver) -> None:
         if observer in self._observers:
             self._observers.remove(observer)
+        if observer in self._store_observers:
+            self._store_observers.remove(observer)
 
     def add_consumer(self, consumer: RetentionConsumer) -> None:
         self.consumers[consumer.name] = consumer
@@ -259,7 +273,7 @@ class Stream:
             # Observers hear of each once all are stored (they only take note, nothing in
             # between looks at the store).
             seq = self.store.store_run(msgs)
-            if self._observers or self._listeners:
+            if self._store_observers or self._listeners:
                 for k, e in enumerate(msgs):
                     self._stored(seq + k, e.subject, [])
             if not answers:
@@ -384,63 +398,10 @@ class Stream:
         the observers (consumers) and listeners (waiters on new messages)."""
         if removed:
             self._tell_removed(removed)
-        for obs in self._observers:
+        for obs in self._store_observers:
             obs.on_stored(seq, subject)
         for cb in self._listeners:
             cb(seq)
-
-    def takes_lone_ids(self) -> bool:
-        """Whether ``store_with_id`` may decide publishes: a stream whose config adds no
-        check to a message carrying only a Nats-Msg-Id."""
-        cfg = self.config
-        return (
-            not cfg.sealed
-            and cfg.retention == "limits"
-            and cfg.discard != "new"
-            and self._itr is None
-            and self._rtr is None
-        )
-
-    def store_with_id(
-        self, subject: str, hdr: bytes, data: bytes, msg_id: str, ts_ns: int
-    ) -> tuple[int, bool] | None:
-        """Apply ``StoreMsg(subject, _, hdr, data, ts_ns)`` whose header block is the lone
-        ``msg_id`` (``lone_msg_id``), on a stream that ``takes_lone_ids``: the decisions of
-        ``_apply_msg_checked`` for such a message, in its order, without building the entry
-        or a PubAck. Returns (sequence, duplicate); None for a refusal, which the caller
-        leaves to ``apply`` (nothing was changed), so that refusals have one code path."""
-        cfg = self.config
-        window = self._dedupe
-        dd = window.ids
-        if msg_id:
-            if dd and ts_ns > window.prune_due:
-                window.prune(ts_ns, cfg.duplicate_window)
-            seen = dd.get(msg_id)
-            if seen is not None:
-                return seen, True
-        size_limit = cfg.max_msg_size
-        hlen = len(hdr)
-        if size_limit >= 0 and (hlen > size_limit or len(data) > size_limit - hlen):
-            return None
-        store = self.store
-        if isinstance(store, BaseStore):
-            # The stores of this package: a direct call in the compiled build (through the
-            # StreamStore protocol it is a generic Python call, with its arguments boxed).
-            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-                return None
-            seq, removed = store.store(subject, hdr, data, ts_ns)
-        else:
-            if hlen > MAX_HEADER_LEN or store.last_seq >= MAX_SEQ:
-                return None
-            seq, removed = store.store(subject, hdr, data, ts_ns)
-        self.last_msg_id = msg_id
-        if msg_id and cfg.duplicate_window > 0:
-            # DedupeWindow.add_new inline (the id was looked up above: it is new).
-            dd[msg_id] = seq
-            window.order.append(msg_id)
-            window.times.append(ts_ns)
-        self._stored(seq, subject, removed)
-        return seq, False
 
     def _apply_msg_checked(self, e: StoreMsg) -> PubAck:
         """A publish with headers, or to a stream whose config needs more checks."""

@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.lone_id_publish import store_lone_id, takes_lone_ids
 from jetraft.jetstream.store.file import FileStore
 from jetraft.jetstream.store.memory import MemoryStore
 from jetraft.jetstream.stream import (
@@ -366,6 +367,18 @@ def test_observers_hear_changes() -> None:
     s.apply(Purge())
     assert events == [("stored", 1), ("removed", [1]), ("stored", 2), ("purged", 3)]
     assert last == [1, 2]
+    # One that says it has nothing to do per stored message hears only the rest (each
+    # removal twice: both observers hear it).
+    events.clear()
+    quiet = Obs()
+    s.add_observer(quiet, stores=False)
+    pub(s)
+    pub(s)
+    assert events == [("stored", 3), ("removed", [3]), ("removed", [3]), ("stored", 4)]
+    s.remove_observer(quiet)
+    events.clear()
+    pub(s)
+    assert events == [("removed", [4]), ("stored", 5)]
 
 
 def test_recover_rebuilds_dedupe_and_last_msg_id() -> None:
@@ -576,7 +589,16 @@ def test_lone_msg_id_in_a_body_is_that_of_its_header_block(
     assert lone_msg_id_in(body, hdr_len) == lone_msg_id(body[:hdr_len])
 
 
-# --- store_with_id: the lone Nats-Msg-Id fast path decides as apply() does ------------------
+def test_the_lone_id_reading_strips_what_bytes_strip_does() -> None:
+    from jetraft.jetstream import publish_headers as ph
+
+    assert len(ph.LONE_MSG_ID) == ph._LONE_AT
+    assert [c for c in range(256) if ph._blank(c)] == [
+        c for c in range(256) if not bytes([c]).strip()
+    ]
+
+
+# --- store_lone_id: the lone Nats-Msg-Id fast path decides as apply() does ------------------
 
 
 def _lone(msg_id: str) -> bytes:
@@ -593,14 +615,14 @@ def _lone(msg_id: str) -> bytes:
     max_msg_size=st.sampled_from([-1, 60]),
     data_len=st.sampled_from([1, 40]),
 )
-def test_store_with_id_decides_as_apply(
+def test_store_lone_id_decides_as_apply(
     ops: list[tuple[str, int]], window_s: int, max_msg_size: int, data_len: int
 ) -> None:
     """Same sequences, duplicates, refusals (left to apply), dedupe window and last id, and
-    the same stored messages, whether publishes go through apply() or store_with_id()."""
+    the same stored messages, whether publishes go through apply() or store_lone_id()."""
     kw = {"duplicate_window": window_s * S, "max_msg_size": max_msg_size}
     by_apply, fast = make(**kw), make(**kw)
-    assert fast.takes_lone_ids()
+    assert takes_lone_ids(fast)
     data = b"x" * data_len
     ts = T0
     for msg_id, step in ops:
@@ -608,23 +630,23 @@ def test_store_with_id_decides_as_apply(
         hdr = _lone(msg_id)
         want = by_apply.apply(StoreMsg("s.a", "r", hdr, data, ts))
         assert isinstance(want, PubAck)
-        got = fast.store_with_id("s.a", hdr, data, msg_id.strip(), ts)
-        if got is None:  # a refusal: apply() answers it, nothing was changed
+        got = store_lone_id(fast, "s.a", hdr + data, len(hdr), msg_id.strip(), ts)
+        if got == 0:  # a refusal: apply() answers it, nothing was changed
             assert want.error is not None
             again = fast.apply(StoreMsg("s.a", "r", hdr, data, ts))
             assert isinstance(again, PubAck) and again.error == want.error
         else:
             assert want.error is None
-            assert got == (want.seq, want.duplicate)
+            assert (abs(got), got < 0) == (want.seq, want.duplicate)
         assert fast.beside_store() == by_apply.beside_store()
     assert fast.store.state() == by_apply.store.state()
 
 
 def test_streams_with_more_checks_do_not_take_lone_ids() -> None:
-    assert not make(sealed=True).takes_lone_ids()
-    assert not make(retention="interest").takes_lone_ids()
-    assert not make(discard="new").takes_lone_ids()
-    assert make(retention="limits", discard="old").takes_lone_ids()
+    assert not takes_lone_ids(make(sealed=True))
+    assert not takes_lone_ids(make(retention="interest"))
+    assert not takes_lone_ids(make(discard="new"))
+    assert takes_lone_ids(make(retention="limits", discard="old"))
 
 
 @settings(max_examples=80, deadline=None)

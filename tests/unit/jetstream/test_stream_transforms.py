@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from jetraft.jetstream.errors import ApiError
+from jetraft.jetstream.lone_id_publish import takes_lone_ids
 from jetraft.jetstream.store.memory import MemoryStore
 from jetraft.jetstream.stream import (
     PubAck,
@@ -131,7 +132,7 @@ def test_transform_applies_before_checks_and_store() -> None:
     # Expected-last-subject-sequence looks at the stored subject.
     hdr = encode_headers({"Nats-Expected-Last-Subject-Sequence": "2"})
     assert pub(stream, "in.a", b"4", hdr=hdr).seq == 4
-    assert stream.takes_lone_ids() is False
+    assert takes_lone_ids(stream) is False
 
 
 def test_random_destination_is_the_same_on_every_replica() -> None:

@@ -102,6 +102,16 @@ class BaseStore:
             return seq, []
         return seq, self._enforce(sid)
 
+    def store_body(
+        self, subject: str, body: bytes, hdr_len: int, ts_ns: int
+    ) -> tuple[int, list[int]]:
+        """``store`` of a publish's body as it arrived: its header block (``hdr_len`` bytes,
+        none when -1 or 0) followed by its payload. Here cut in two; the file store, whose
+        record holds the two in that order, takes the body whole."""
+        if hdr_len <= 0:
+            return self.store(subject, None, body, ts_ns)
+        return self.store(subject, body[:hdr_len], body[hdr_len:], ts_ns)
+
     @property
     def prunes_on_store(self) -> bool:
         lim = self._limits

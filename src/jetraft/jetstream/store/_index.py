@@ -19,7 +19,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Generic, TypeVar
 
 from jetraft.jetstream.store._index_chunks import MASK, SHIFT, Chunk
@@ -46,6 +46,12 @@ _MIN_REWRITE = 32  # tombstones a chunk may keep regardless of its size
 Selection = Collection[int] | None
 """Subject ids to consider; None means every subject."""
 
+Add = Callable[[int], None]  # an array's bound append
+
+
+def _ignore(_value: int) -> None:
+    """What the memory store's index appends in place of locations and record lengths."""
+
 
 class SeqIndex(Generic[T]):
     """Sequence and subject bookkeeping; ``T`` is what the memory store keeps per message."""
@@ -55,6 +61,8 @@ class SeqIndex(Generic[T]):
         "_chunks",
         "_keys",
         "_tail",
+        "_tail_adds",
+        "_tail_sids",
         "bytes",
         "file_mode",
         "first",
@@ -79,6 +87,10 @@ class SeqIndex(Generic[T]):
         self._chunks: dict[int, Chunk[T]] = {}
         self._keys: list[int] = []
         self._tail: Chunk[T] | None = None  # the chunk appends go to
+        # The ``append`` methods of the tail's sids, tss, sizes, locs and rlens arrays, bound
+        # once per chunk (see ``_bind_tail``), and the sids array they were bound for.
+        self._tail_sids: array[int] | None = None
+        self._tail_adds: tuple[Add, Add, Add, Add, Add] = (_ignore,) * 5
         self.sid_of: dict[str, int] = {}
         self.names: list[str | None] = []
         self.per: list[Entry | None] = []
@@ -242,12 +254,15 @@ class SeqIndex(Generic[T]):
             start = c.base & MASK
             c.offs = array("H", range(start, start + len(c.sids)))
             c.offs.append(seq & MASK)
-        c.sids.append(sid)
-        c.tss.append(ts)
-        c.sizes.append(size)
+        if c.sids is not self._tail_sids:
+            self._bind_tail(c)  # a new tail, or its arrays were rewritten
+        add_sid, add_ts, add_size, add_loc, add_rlen = self._tail_adds
+        add_sid(sid)
+        add_ts(ts)
+        add_size(size)
         if c.objs is None:
-            c.locs.append(loc)  # type: ignore[union-attr]
-            c.rlens.append(rlen)  # type: ignore[union-attr]
+            add_loc(loc)
+            add_rlen(rlen)
         else:
             c.objs.append(obj)
         c.live += 1
@@ -263,6 +278,22 @@ class SeqIndex(Generic[T]):
         else:
             e.arr.append(seq)  # type: ignore[union-attr]
         return sid
+
+    def _bind_tail(self, c: Chunk[T]) -> None:
+        """Bind the ``append`` methods of ``c``'s arrays for ``append``. In the compiled build
+        ``arr.append(x)`` is a generic method call that looks the method up by name each
+        time (about 600 instructions; an append is five or six); a bound method is called
+        directly. ``append`` checks the sids array's identity before every use, so a chunk
+        whose arrays ``Chunk.rewrite`` replaced is bound again."""
+        self._tail_sids = c.sids
+        locs, rlens = c.locs, c.rlens
+        self._tail_adds = (
+            c.sids.append,
+            c.tss.append,
+            c.sizes.append,
+            locs.append if locs is not None else _ignore,
+            rlens.append if rlens is not None else _ignore,
+        )
 
     def skip_to(self, seq: int) -> None:
         """``last`` becomes ``seq`` without a message."""

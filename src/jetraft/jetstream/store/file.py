@@ -54,6 +54,7 @@ import fcntl
 import os
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import Final
 
 from jetraft.jetstream.store import _records as rec
 from jetraft.jetstream.store._blocks import OFF_BITS, Block, ReadFiles, block_name
@@ -71,12 +72,16 @@ from jetraft.jetstream.store.types import (
 )
 
 DEFAULT_BLOCK_SIZE = 8 << 20
-_pack_head = rec.HEADER.pack
-_pack_crc = rec.CRC.pack
-_OVERHEAD = rec.OVERHEAD
-_crc32 = zlib.crc32
-_MAGIC, _KIND_MSG, _NO_HDR = rec.MAGIC, rec.KIND_MSG, rec.NO_HDR
-FLUSH_BYTES = 1 << 20  # write the buffer to the OS once it holds this much
+# Final: the compiled build reads these as C statics (or constants); a plain module global
+# is a dict lookup at every use, several per stored message.
+_pack_head: Final = rec.HEADER.pack
+_pack_crc: Final = rec.CRC.pack
+_OVERHEAD: Final = 36  # rec.OVERHEAD, as a literal: a constant in the compiled code
+_crc32: Final = zlib.crc32
+_MAGIC: Final = rec.MAGIC
+_KIND_MSG: Final = 1  # rec.KIND_MSG
+_NO_HDR: Final = 0xFFFFFFFF  # rec.NO_HDR
+FLUSH_BYTES: Final = 1 << 20  # write the buffer to the OS once it holds this much
 READ_AHEAD = 128 << 10
 
 
@@ -215,6 +220,37 @@ class FileStore(FileSpace):
     def _append(
         self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int, size: int
     ) -> int:
+        if self._cipher is not None:
+            return self._put_sealed(seq, subject, headers, data, ts, size)
+        if headers is None:
+            return self._put(seq, subject, ts, size, _NO_HDR, data, b"")
+        return self._put(seq, subject, ts, size, len(headers), headers, data)
+
+    def store_body(
+        self, subject: str, body: bytes, hdr_len: int, ts_ns: int
+    ) -> tuple[int, list[int]]:
+        """``store`` of a publish's header block and payload as they arrived, one piece
+        (``BaseStore.store_body``): the record holds them in that order, so the body goes in
+        whole, without cutting it in two and joining the halves again."""
+        if hdr_len <= 0 or self._cipher is not None:
+            return super().store_body(subject, body, hdr_len, ts_ns)
+        self._check()
+        if not subject:
+            raise StoreError("empty subject")
+        seq = self._ix.last + 1
+        # file_msg_size(subject, headers, data), as _size_of
+        sid = self._put(seq, subject, ts_ns, 34 + len(subject) + len(body), hdr_len, body, b"")
+        lim = self._limits
+        if lim.max_msgs_per_subject <= 0 and lim.max_msgs <= 0 and lim.max_bytes <= 0:
+            return seq, []
+        return seq, self._enforce(sid)
+
+    def _put(
+        self, seq: int, subject: str, ts: int, size: int, hlen: int, part: bytes, rest: bytes
+    ) -> int:
+        """Write the clear MSG record of ``seq`` (``hlen``: its header length field; the
+        record's body is ``part`` then ``rest``) and index it; returns its subject id.
+        Inline rather than through ``rec.append_msg``: this runs once per stored message."""
         if seq > self._last_covered + 1:
             # The sequence jumped (a purge past the end, skipped sequences) and no record says
             # so yet: write that first, or a replay would see this message far beyond the last
@@ -227,27 +263,20 @@ class FileStore(FileSpace):
             self._rotate()
             active = self._active
             off = active.size + len(buf)
-        if self._cipher is None:
-            # rec.append_msg's common cases, inline (this runs once per published message).
-            if subject is self._subj_str:
-                bsubj = self._subj_bytes
-            else:
-                bsubj = subject.encode()
-                self._subj_str = subject
-                self._subj_bytes = bsubj
-            if headers is None:
-                rlen = _OVERHEAD + len(bsubj) + len(data)
-                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, _NO_HDR)
-                body = b"".join((head, bsubj, data))  # one copy (+ made one per operand)
-            else:  # never empty here (the store turns b"" into None)
-                hlen = len(headers)
-                rlen = _OVERHEAD + len(bsubj) + hlen + len(data)
-                head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
-                body = b"".join((head, bsubj, headers, data))
-            buf += body
-            buf += _pack_crc(_crc32(body))
+        if subject is self._subj_str:
+            bsubj = self._subj_bytes
         else:
-            rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data, self._cipher)
+            bsubj = subject.encode()
+            self._subj_str = subject
+            self._subj_bytes = bsubj
+        rlen = _OVERHEAD + len(bsubj) + len(part) + len(rest)
+        head = _pack_head(_MAGIC, rlen, _KIND_MSG, 0, len(bsubj), seq, ts, hlen)
+        # One joined record and one checksum call: cheaper than checksumming the parts in
+        # turn (one copy; an empty ``rest`` costs nothing).
+        body = b"".join((head, bsubj, part, rest))
+        buf += body
+        buf += _pack_crc(_crc32(body))
+        # _indexed, inline (a call less per message in the pure build)
         sid = self._ix.append(seq, subject, ts, size, (active.idx << OFF_BITS) | off, rlen, None)
         if not active.first_msg:
             active.first_msg = seq
@@ -256,6 +285,38 @@ class FileStore(FileSpace):
         active.live_bytes += rlen
         self._last_covered = seq
         if len(buf) >= FLUSH_BYTES:
+            self._write_out()
+        return sid
+
+    def _put_sealed(
+        self, seq: int, subject: str, headers: bytes | None, data: bytes, ts: int, size: int
+    ) -> int:
+        """``_put`` with encryption at rest (the record's body sealed, see ``_records``)."""
+        if seq > self._last_covered + 1:
+            self._emit_controls()  # see _put
+        active = self._active
+        buf = self._wbuf
+        off = active.size + len(buf)
+        if off >= self._block_size:
+            self._rotate()
+            active = self._active
+            off = active.size + len(buf)
+        rlen = rec.append_msg(buf, seq, ts, subject.encode(), headers, data, self._cipher)
+        return self._indexed(seq, subject, ts, size, active, off, rlen)
+
+    def _indexed(
+        self, seq: int, subject: str, ts: int, size: int, active: Block, off: int, rlen: int
+    ) -> int:
+        """The record of ``seq`` was appended at ``off`` of ``active``: index it, count it
+        in its block, write the buffer out once it is big enough."""
+        sid = self._ix.append(seq, subject, ts, size, (active.idx << OFF_BITS) | off, rlen, None)
+        if not active.first_msg:
+            active.first_msg = seq
+        active.last_msg = active.max_ref = seq
+        active.live += 1
+        active.live_bytes += rlen
+        self._last_covered = seq
+        if len(self._wbuf) >= FLUSH_BYTES:
             self._write_out()
         return sid
 

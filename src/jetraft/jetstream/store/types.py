@@ -139,6 +139,13 @@ class StreamStore(Protocol):
         """Append; returns (new seq, seqs removed by per-subject / discard-old limits)."""
         ...
 
+    def store_body(
+        self, subject: str, body: bytes, hdr_len: int, ts_ns: int
+    ) -> tuple[int, list[int]]:
+        """``store(subject, body[:hdr_len] or None, body[hdr_len:], ts_ns)`` (no headers
+        when ``hdr_len`` is -1): a publish's header block and payload as they arrived."""
+        ...
+
     def store_run(self, msgs: Sequence[PlainMsg]) -> int:
         """``store(m.subject, None, m.data, m.ts_ns)`` for each message, in order, in one
         call (a batch of publishes); returns the seq of the first. Only on a store whose

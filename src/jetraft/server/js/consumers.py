@@ -103,7 +103,8 @@ class StreamConsumers:
         # Consumers whose state could not be loaded: name -> why. The name stays reserved
         # and the files stay as they are (an operator repairs or removes them).
         self.offline: dict[str, str] = {}
-        stream.stream.add_observer(self)
+        # Told of stored messages only while there are consumers to tell (``_count``).
+        stream.stream.add_observer(self, stores=False)
 
     @property
     def name(self) -> str:
@@ -187,11 +188,17 @@ class StreamConsumers:
         if fresh:
             rt.propose(core.select_start(self.source()))
         self.consumers[core.name] = rt
+        self._count()
         if fresh and rt.commits is not None:
             rt.write_now()
             rt.commits.after_durable(lambda exc: self._created(rt, exc))
         rt.start()
         return rt
+
+    def _count(self) -> None:
+        """The stream tells us of each stored message only while we have consumers: without
+        any, the call per published message would do nothing."""
+        self.stream.stream.observe_stores(self, bool(self.consumers))
 
     def _created(self, rt: ConsumerRuntime, exc: BaseException | None) -> None:
         if exc is not None and self.consumers.get(rt.name) is rt:
@@ -204,6 +211,7 @@ class StreamConsumers:
         rt = self.consumers.pop(name, None)
         if rt is None:
             return False
+        self._count()
         rt.stop(deleted=True)
         fut = note_job(self._remove_files(rt), f"removing consumer {self.name} > {name}")
         self._removing[name] = fut

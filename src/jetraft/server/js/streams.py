@@ -34,6 +34,7 @@ from typing import Protocol, cast
 
 from jetraft.jetstream import errors as E
 from jetraft.jetstream.consumer_config import StreamFacts
+from jetraft.jetstream.lone_id_publish import store_lone_id, takes_lone_ids
 from jetraft.jetstream.store.cipher import RecordCipher
 from jetraft.jetstream.store.types import StoreError, StreamStore
 from jetraft.jetstream.stream import (
@@ -104,7 +105,7 @@ class StreamRuntime:
         env = ConsumerEnv(acct.router, acct.account, acct.rng, stream.domain)
         self.consumers = StreamConsumers(env, self, cipher=cipher, created=created)
         stream.consumers = cast("dict[str, RetentionConsumer]", self.consumers.consumers)
-        stream.add_observer(self)
+        stream.add_observer(self, stores=False)  # (on_stored has nothing to do)
         self.closed = False
         self.commits = CommitQueue(f"stream {stream.name}", self._prepare_commit, gate=created)
         # (reply, PubAck body) waiting for the next commit (one batch)
@@ -296,14 +297,14 @@ class StreamRuntime:
         message stored and answered as by ``_on_publish``, the commit queue touched once.
         The hot path of a durable stream: what ``_answer_one`` decides per message is
         decided once here, and a message whose only header is its Nats-Msg-Id (what the
-        Spark sink and nats.py's ``js.publish`` send) skips the entry and the PubAck object
-        (``Stream.store_with_id``)."""
+        Spark sink and nats.py's ``js.publish`` send) skips the entry and the PubAck object,
+        its body stored as it arrived (``lone_id_publish``)."""
         if self.closed:
             return 0
         lines, starts, bodies = batch.lines, batch.starts, batch.bodies
         stream = self.stream
         batched = self._persisted and not stream.config.no_ack
-        by_id = batched and stream.takes_lone_ids()
+        by_id = batched and takes_lone_ids(stream)
         head = self._ack_head()
         # The lone-id path calls by name, not through local aliases: the compiled build
         # calls directly then (an alias is a generic call with boxed arguments). ``apply``
@@ -318,22 +319,22 @@ class StreamRuntime:
                         msg_id = lone_msg_id_in(body, hdr_len)
                         if msg_id is not None:
                             try:
-                                got = stream.store_with_id(
-                                    subject, body[:hdr_len], body[hdr_len:], msg_id, now_ns()
+                                seq = store_lone_id(
+                                    stream, subject, body, hdr_len, msg_id, now_ns()
                                 )
                             except Exception as exc:
                                 self._answer_one(reply, self._refused(subject, reply, exc))
                                 continue
-                            if got is not None:
+                            if seq != 0:  # else a refusal: apply() below answers it
                                 if reply:
-                                    seq, dup = got
                                     self._queue_ack(
                                         reply,
-                                        PubAck(
-                                            reply, self.name, seq, dup, None, stream.domain
-                                        ).body()
-                                        if dup or head is None
-                                        else b"%s%d}" % (head, seq),
+                                        b"%s%d}" % (head, seq)
+                                        if seq > 0 and head is not None
+                                        else PubAck(
+                                            reply, self.name, abs(seq), seq < 0, None,
+                                            stream.domain,
+                                        ).body(),
                                     )
                                 continue
                     try:
