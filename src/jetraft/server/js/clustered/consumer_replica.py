@@ -101,7 +101,7 @@ class ConsumerReplica:
         self.started = False  # a Start entry was applied
         self._start_term = -1  # the term in which this replica last proposed Start
         self.group = RaftGroup(host, ca.group, self, () if joining else ca.peers,
-                               on_role=self._on_role)
+                               on_role=self._on_role, on_quorum_lost=self._advise_quorum_lost)
         self.runtime: ConsumerRuntime | None = None
         self.env = ConsumerEnv(host.router, account, random.Random(), host.domain)
         self.next_client = InternalClient(host.router, account, f"pull {ca.stream} > {ca.name}")
@@ -359,8 +359,6 @@ class ConsumerReplica:
             self.runtime = None
             for sub in list(self.next_client.subs.values()):
                 self.next_client.unsubscribe(sub)
-        if self.group.should_advise_quorum_lost(time.time_ns()):
-            self._advise_quorum_lost()
 
     def _advise_elected(self) -> None:
         host, replicas = self.host, self.group.peer_infos(with_leader=True)
@@ -373,6 +371,8 @@ class ConsumerReplica:
         )
 
     def _advise_quorum_lost(self) -> None:
+        if self.closed:
+            return
         host, replicas = self.host, self.group.peer_infos(with_leader=True)
         (account, stream, name), now = self.key, time.time_ns()
         log.warning("JetStream cluster consumer '%s > %s > %s' has NO quorum, stalled",

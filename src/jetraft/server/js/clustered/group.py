@@ -47,6 +47,10 @@ RAFT_CONFIG = RaftConfig(election_ticks=5, heartbeat_ticks=2)
 CURRENT_WITHIN_S = 2.0
 # A group that keeps losing its quorum advises it at most this often.
 QUORUM_LOST_EVERY_NS = 10 * 10**9
+# A leader that stepped down knowing no successor: how long the group may stay leaderless
+# before that counts as a lost quorum (two election periods: a step-down whose transfer
+# failed, or a leader removed from its group, is followed by an election well within it).
+QUORUM_LOST_AFTER_S = 2 * RAFT_CONFIG.election_ticks * TICK_S
 _B62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -125,21 +129,26 @@ class RaftGroup:
         *,
         bootstrap_size: int = 0,
         on_role: Callable[[SoftState], None] | None = None,
+        on_quorum_lost: Callable[[], None] | None = None,
         snapshot_entries: int = 8192,
     ) -> None:
+        """``on_quorum_lost``: called when this server led the group, stepped down without
+        a successor, and the group stayed leaderless (its stream or consumer is stalled);
+        at most once per QUORUM_LOST_EVERY_NS."""
         self.host = host
         self.group = group
         self.sm = sm
         self.peers = tuple(peers)
         self.bootstrap_size = bootstrap_size
         self.on_role = on_role
+        self.on_quorum_lost = on_quorum_lost
         self.snapshot_entries = snapshot_entries
         self.node: RaftNode | None = None
         self.wal: Wal | None = None
         self.leader_since_ns = 0
         self._last_leader = ""
         self._led_term = 0  # the term this server last led the group in (0: not leading)
-        self.quorum_lost = False  # the last role change: a leader stepped down, cut off
+        self._quorum_check: asyncio.TimerHandle | None = None
         self._quorum_advised_ns = 0
         self.corrupt = ""
         self.removed = False  # the group committed a configuration without us
@@ -266,15 +275,20 @@ class RaftGroup:
         if ss.leader != self._last_leader:
             self._last_leader = ss.leader
             self.leader_since_ns = time.time_ns() if ss.leader else 0
-        # A leader that stops leading in its own term, knowing no other leader, stepped down
-        # because it could not hear a quorum (check-quorum); any other step-down comes with
-        # a higher term (an election, a transfer).
-        self.quorum_lost = (
-            ss.role is not Role.LEADER
-            and self._led_term > 0
-            and self._led_term == ss.term
+        # A leader that stops leading in its own term knowing no other leader: most often
+        # it could not hear a quorum (check-quorum), but a failed transfer or its removal
+        # from the group look the same, and are followed by an election at once. So the
+        # group counts as without quorum if it is still leaderless a while later.
+        if (
+            self.on_quorum_lost is not None
+            and ss.role is not Role.LEADER
+            and 0 < self._led_term == ss.term
             and not ss.leader
-        )
+            and self._quorum_check is None
+        ):
+            self._quorum_check = asyncio.get_running_loop().call_later(
+                QUORUM_LOST_AFTER_S, self._check_quorum_lost
+            )
         self._led_term = ss.term if ss.role is Role.LEADER else 0
         if self.on_role is not None:
             try:
@@ -283,6 +297,9 @@ class RaftGroup:
                 log.exception("group %s: leadership handler failed", self.group)
 
     async def stop(self) -> None:
+        if self._quorum_check is not None:
+            self._quorum_check.cancel()
+            self._quorum_check = None
         node = self.node
         if node is None:
             return
@@ -380,13 +397,16 @@ class RaftGroup:
             out["replicas"] = replicas
         return out
 
-    def should_advise_quorum_lost(self, now_ns: int) -> bool:
-        """After a step-down for lost quorum: advise it, at most once per interval (as
-        nats-server, whose interval is 10 s)."""
-        if not self.quorum_lost or now_ns - self._quorum_advised_ns < QUORUM_LOST_EVERY_NS:
-            return False
-        self._quorum_advised_ns = now_ns
-        return True
+    def _check_quorum_lost(self) -> None:
+        self._quorum_check = None
+        node = self.node
+        if node is None or self.removed or node.leader or self.on_quorum_lost is None:
+            return
+        now = time.time_ns()
+        if now - self._quorum_advised_ns < QUORUM_LOST_EVERY_NS:
+            return  # as nats-server: at most one per interval
+        self._quorum_advised_ns = now
+        self.on_quorum_lost()
 
     def peer_infos(self, with_leader: bool) -> list[dict[str, Any]]:
         """nats-server's PeerInfo of each member (the leader's own with ``with_leader``, as

@@ -132,7 +132,12 @@ class StreamReplica:
         )
         self._direct_waits: set[asyncio.Task[None]] = set()
         self.group = RaftGroup(
-            host, sa.group, self, () if joining else sa.peers, on_role=self._on_role
+            host,
+            sa.group,
+            self,
+            () if joining else sa.peers,
+            on_role=self._on_role,
+            on_quorum_lost=self._advise_quorum_lost,
         )
         self.closed = False
         self._leading = False
@@ -332,8 +337,6 @@ class StreamReplica:
             self._advise_elected()
         elif ss.role is not Role.LEADER and self._leading:
             self._lose_leadership()
-        if self.group.should_advise_quorum_lost(time.time_ns()):
-            self._advise_quorum_lost()
         self.host.stream_leader_changed(self)
 
     def _advise_elected(self) -> None:
@@ -347,6 +350,8 @@ class StreamReplica:
         )
 
     def _advise_quorum_lost(self) -> None:
+        if self.closed:
+            return
         host, replicas = self.host, self.group.peer_infos(with_leader=True)
         now, name = time.time_ns(), self.name
         log.warning("JetStream cluster stream '%s > %s' has NO quorum, stalled",
