@@ -69,127 +69,39 @@ def consumer_action(
 
 # --- a consumer's deliveries, acks and pause (sent by its leader) -----------------------------
 
+# Each event's subject prefix and body type. MAX_DELIVERIES: a message was delivered
+# max_deliver times without an ack and will not be delivered again (dead-letter handlers
+# watch for it); MSG_NAKED, MSG_TERMINATED: a -NAK of a pending message, a +TERM; PAUSE: the
+# pause was set, changed, lifted or ran out; ACK: a sampled ack (the consumer's sample_freq),
+# a metric rather than an advisory.
+CONSUMER_EVENTS: dict[str, tuple[str, str]] = {
+    "MAX_DELIVERIES": (f"{PREFIX}CONSUMER.MAX_DELIVERIES.", _MAX_DELIVER_TYPE),
+    "MSG_NAKED": (f"{PREFIX}CONSUMER.MSG_NAKED.", _NAK_TYPE),
+    "MSG_TERMINATED": (f"{PREFIX}CONSUMER.MSG_TERMINATED.", _TERMINATED_TYPE),
+    "PAUSE": (f"{PREFIX}CONSUMER.PAUSE.", _PAUSE_TYPE),
+    "ACK": (f"{METRIC_PREFIX}CONSUMER.ACK.", _ACK_METRIC_TYPE),
+}
 
-def max_deliveries_subject(stream: str, consumer: str) -> str:
-    return f"{PREFIX}CONSUMER.MAX_DELIVERIES.{stream}.{consumer}"
+
+def consumer_event_subject(event: str, stream: str, consumer: str) -> str:
+    """The subject of one of ``CONSUMER_EVENTS`` for a consumer."""
+    return f"{CONSUMER_EVENTS[event][0]}{stream}.{consumer}"
 
 
-def max_deliveries(
-    stream: str, consumer: str, sseq: int, deliveries: int, now_ns: int, domain: str = ""
+def consumer_event(
+    event: str, stream: str, consumer: str, now_ns: int, domain: str, **fields: object
 ) -> bytes:
-    """A message was delivered max_deliver times without an ack: it will not be delivered
-    again (dead-letter handlers watch for this)."""
-    return _event(
-        _MAX_DELIVER_TYPE,
-        now_ns,
-        domain,
-        stream=stream,
-        consumer=consumer,
-        stream_seq=sseq,
-        deliveries=deliveries,
-    )
+    """The body of one of ``CONSUMER_EVENTS``: the stream and consumer, then ``fields`` as
+    nats-server names them (consumer_seq, stream_seq, deliveries, reason, ack_time, paused,
+    pause_until)."""
+    kind = CONSUMER_EVENTS[event][1]
+    return _event(kind, now_ns, domain, stream=stream, consumer=consumer, **fields)
 
 
-def nakked_subject(stream: str, consumer: str) -> str:
-    return f"{PREFIX}CONSUMER.MSG_NAKED.{stream}.{consumer}"
-
-
-def nakked(
-    stream: str,
-    consumer: str,
-    dseq: int,
-    sseq: int,
-    deliveries: int,
-    now_ns: int,
-    domain: str = "",
-) -> bytes:
-    """A pending message was nakked (with or without a delay)."""
-    return _event(
-        _NAK_TYPE,
-        now_ns,
-        domain,
-        stream=stream,
-        consumer=consumer,
-        consumer_seq=dseq,
-        stream_seq=sseq,
-        deliveries=deliveries,
-    )
-
-
-def terminated_subject(stream: str, consumer: str) -> str:
-    return f"{PREFIX}CONSUMER.MSG_TERMINATED.{stream}.{consumer}"
-
-
-def terminated(
-    stream: str,
-    consumer: str,
-    dseq: int,
-    sseq: int,
-    deliveries: int,
-    reason: str,
-    now_ns: int,
-    domain: str = "",
-) -> bytes:
-    """A message was terminated (+TERM, with its reason when one was given)."""
-    fields: dict[str, object] = {
-        "stream": stream,
-        "consumer": consumer,
-        "consumer_seq": dseq,
-        "stream_seq": sseq,
-        "deliveries": deliveries,
-    }
-    if reason:
-        fields["reason"] = reason
-    return _event(_TERMINATED_TYPE, now_ns, domain, **fields)
-
-
-def ack_metric_subject(stream: str, consumer: str) -> str:
-    return f"{METRIC_PREFIX}CONSUMER.ACK.{stream}.{consumer}"
-
-
-def ack_metric(
-    stream: str,
-    consumer: str,
-    dseq: int,
-    sseq: int,
-    ack_time_ns: int,
-    deliveries: int,
-    now_ns: int,
-    domain: str = "",
-) -> bytes:
-    """A sampled ack (the consumer's sample_freq): ``ack_time_ns``, how long after its last
-    delivery the message was acked."""
-    return _event(
-        _ACK_METRIC_TYPE,
-        now_ns,
-        domain,
-        stream=stream,
-        consumer=consumer,
-        consumer_seq=dseq,
-        stream_seq=sseq,
-        ack_time=ack_time_ns,
-        deliveries=deliveries,
-    )
-
-
-def pause_subject(stream: str, consumer: str) -> str:
-    return f"{PREFIX}CONSUMER.PAUSE.{stream}.{consumer}"
-
-
-def pause(
-    stream: str, consumer: str, pause_until: str, paused: bool, now_ns: int, domain: str = ""
-) -> bytes:
-    """A consumer's pause was set or changed (``pause_until`` its configured end, "" when
-    none), or ran out (``paused`` False)."""
-    return _event(
-        _PAUSE_TYPE,
-        now_ns,
-        domain,
-        stream=stream,
-        consumer=consumer,
-        paused=paused,
-        pause_until=pause_until or _ZERO_TIME,
-    )
+def pause_fields(pause_until: str, paused: bool) -> dict[str, object]:
+    """The PAUSE event's fields: ``pause_until`` the configured end ("" when none: Go's zero
+    time, as nats-server sends), ``paused`` False once it ran out or was lifted."""
+    return {"paused": paused, "pause_until": pause_until or _ZERO_TIME}
 
 
 # --- clustered: a group elected a leader (sent by the new leader) ----------------------------

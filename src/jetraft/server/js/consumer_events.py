@@ -47,8 +47,16 @@ class ConsumerEvents:
     def _advise(self, advisory: tuple[str, bytes]) -> None:
         self.client.publish(*advisory)
 
-    def _listened(self, subject: str) -> bool:
-        return has_interest(self.env.account, subject)
+    def _publish_if_listened(self, event: str, now_ns: int, **fields: object) -> None:
+        """Publish one of ``advisories.CONSUMER_EVENTS`` for this consumer, built only when
+        something listens on its subject."""
+        core = self.core
+        subject = advisories.consumer_event_subject(event, core.stream, core.name)
+        if has_interest(self.env.account, subject):
+            body = advisories.consumer_event(
+                event, core.stream, core.name, now_ns, self.env.domain, **fields
+            )
+            self.client.publish(subject, body)
 
     def _deliveries(self, sseq: int) -> int:
         """How many times ``sseq`` went out (it is pending)."""
@@ -57,48 +65,33 @@ class ConsumerEvents:
     def advise_max_deliveries(self, sseq: int, deliveries: int) -> None:
         """``sseq`` was delivered max_deliver times and its last ack wait ran out, or it
         was due again: it will not be delivered again."""
-        core = self.core
-        subject = advisories.max_deliveries_subject(core.stream, core.name)
-        if self._listened(subject):
-            body = advisories.max_deliveries(
-                core.stream, core.name, sseq, deliveries, time.time_ns(), self.env.domain
-            )
-            self.client.publish(subject, body)
+        self._publish_if_listened(
+            "MAX_DELIVERIES", time.time_ns(), stream_seq=sseq, deliveries=deliveries
+        )
 
     def advise_nak(self, sseq: int, dseq: int) -> None:
         """A -NAK of a pending message (called before it takes effect)."""
-        core = self.core
-        subject = advisories.nakked_subject(core.stream, core.name)
-        if self._listened(subject):
-            body = advisories.nakked(
-                core.stream,
-                core.name,
-                dseq,
-                sseq,
-                self._deliveries(sseq),
-                time.time_ns(),
-                self.env.domain,
-            )
-            self.client.publish(subject, body)
+        self._publish_if_listened(
+            "MSG_NAKED",
+            time.time_ns(),
+            consumer_seq=dseq,
+            stream_seq=sseq,
+            deliveries=self._deliveries(sseq),
+        )
 
     def advise_terminated(self, sseq: int, dseq: int, deliveries: int, reason: bytes) -> None:
         """A +TERM, with the reason that followed it (nats-server advises every one, pending
-        or not)."""
-        core = self.core
-        subject = advisories.terminated_subject(core.stream, core.name)
-        if self._listened(subject):
-            text = reason.strip().decode(errors="replace")
-            body = advisories.terminated(
-                core.stream,
-                core.name,
-                dseq,
-                sseq,
-                deliveries,
-                text,
-                time.time_ns(),
-                self.env.domain,
-            )
-            self.client.publish(subject, body)
+        or not, and names a reason only when one was given)."""
+        text = reason.strip().decode(errors="replace")
+        extra: dict[str, object] = {"reason": text} if text else {}
+        self._publish_if_listened(
+            "MSG_TERMINATED",
+            time.time_ns(),
+            consumer_seq=dseq,
+            stream_seq=sseq,
+            deliveries=deliveries,
+            **extra,
+        )
 
     def sample_ack(self, sseq: int, dseq: int, now: int) -> None:
         """An ack of a pending message under explicit ack policy: published as an ack
@@ -107,23 +100,17 @@ class ConsumerEvents:
         pct = self._sample_pct
         if pct < 100 and self.env.rng.randrange(100) >= pct:
             return
-        core = self.core
-        pending = core.state.pending.get(sseq)
+        pending = self.core.state.pending.get(sseq)
         if pending is None:
             return
-        subject = advisories.ack_metric_subject(core.stream, core.name)
-        if self._listened(subject):
-            body = advisories.ack_metric(
-                core.stream,
-                core.name,
-                dseq,
-                sseq,
-                max(now - pending.ts_ns, 0),
-                self._deliveries(sseq),
-                now,
-                self.env.domain,
-            )
-            self.client.publish(subject, body)
+        self._publish_if_listened(
+            "ACK",
+            now,
+            consumer_seq=dseq,
+            stream_seq=sseq,
+            ack_time=max(now - pending.ts_ns, 0),
+            deliveries=self._deliveries(sseq),
+        )
 
     def advise_deleted(self) -> None:
         """The consumer deletes itself (its inactive_threshold passed)."""
@@ -136,11 +123,7 @@ class ConsumerEvents:
 
     def advise_pause(self) -> None:
         """The pause was set, changed or lifted, or it ran out."""
-        core = self.core
-        subject = advisories.pause_subject(core.stream, core.name)
-        if self._listened(subject):
-            until = self.cfg.pause_until or ""
-            now = time.time_ns()
-            paused = bool(until) and parse_rfc3339_ns(until) > now
-            body = advisories.pause(core.stream, core.name, until, paused, now, self.env.domain)
-            self.client.publish(subject, body)
+        until = self.cfg.pause_until or ""
+        now = time.time_ns()
+        paused = bool(until) and parse_rfc3339_ns(until) > now
+        self._publish_if_listened("PAUSE", now, **advisories.pause_fields(until, paused))
