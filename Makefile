@@ -11,6 +11,9 @@ CONFIG ?= examples/single.conf
 MYPYC_SITE := $(CURDIR)/build/mypyc-site
 COMPILED_TESTS ?= tests/unit tests/integration
 BUILD_LOG := $(VENV)/compiled-build.log
+# Two pytest workers (pytest-xdist), each taking whole test files: most tests wait on servers,
+# elections and timers, and one worker kept the 2 cores about a third busy.
+PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(or $(TEST_WORKERS),2) --dist loadfile
 
 .PHONY: run run-single test test-compiled compiled lint bench bench-compiled clean
 
@@ -33,11 +36,11 @@ test: $(STAMP)
 	@echo "compiled build: started in the background, its output follows the pure suite"
 	@$(MAKE) --no-print-directory compiled > $(BUILD_LOG) 2>&1 & build=$$!; \
 	status=0; \
-	{ $(BIN)/mypy && $(BIN)/lint-imports && $(BIN)/pytest -q -p no:cacheprovider; } || status=$$?; \
+	{ $(BIN)/mypy && $(BIN)/lint-imports && $(PYTEST); } || status=$$?; \
 	wait $$build; built=$$?; cat $(BUILD_LOG); \
 	if [ $$status -ne 0 ]; then exit $$status; fi; \
 	if [ $$built -ne 0 ]; then echo "compiled build failed"; exit $$built; fi; \
-	PYTHONPATH=$(MYPYC_SITE) $(BIN)/pytest -q -p no:cacheprovider $(COMPILED_TESTS)
+	PYTHONPATH=$(MYPYC_SITE) $(PYTEST) $(COMPILED_TESTS)
 
 # Build the compiled modules afresh (build/ holds mypyc's C sources and setuptools' output) and
 # check that they, not the .py files, are what Python imports from $(MYPYC_SITE).
@@ -52,7 +55,7 @@ compiled: $(STAMP)
 # start inherit PYTHONPATH, so they run it too). The cluster, CLI, simulator and Spark suites
 # exercise the same modules through the same code and run on the pure build only.
 test-compiled: compiled
-	PYTHONPATH=$(MYPYC_SITE) $(BIN)/pytest -q -p no:cacheprovider $(COMPILED_TESTS)
+	PYTHONPATH=$(MYPYC_SITE) $(PYTEST) $(COMPILED_TESTS)
 
 bench-compiled: compiled
 	PYTHONPATH=$(MYPYC_SITE) $(BIN)/python -m benchmarks.core_pubsub

@@ -11,6 +11,7 @@ skipping.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -58,6 +59,17 @@ def install() -> str:
     """Install the pinned nats.js when needed; return the path of ``node``."""
     node = _require("node")
     npm = _require("npm")
+    # Test workers running in parallel (pytest-xdist) may all ask at once: one installs,
+    # the others wait for it and find the tree current.
+    with (JS_DIR / ".install.lock").open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        _install_locked(npm)
+    version = _installed_nats_version()
+    assert version is not None and version.startswith("2."), f"nats.js {version} installed"
+    return node
+
+
+def _install_locked(npm: str) -> None:
     if not _install_is_current():
         verb = "ci" if (JS_DIR / "package-lock.json").is_file() else "install"
         proc = subprocess.run(
@@ -69,9 +81,6 @@ def install() -> str:
         )
         if proc.returncode != 0:
             pytest.fail(f"npm {verb} failed in {JS_DIR}:\n{proc.stdout}\n{proc.stderr}")
-    version = _installed_nats_version()
-    assert version is not None and version.startswith("2."), f"nats.js {version} installed"
-    return node
 
 
 def run_script(
