@@ -11,6 +11,7 @@ CONFIG ?= examples/single.conf
 MYPYC_SITE := $(CURDIR)/build/mypyc-site
 COMPILED_TESTS ?= tests/unit tests/integration
 BUILD_LOG := $(VENV)/compiled-build.log
+SERVERLESS_TESTS := tests/unit tests/raft tests/sim
 # Two pytest workers (pytest-xdist), each taking whole test files: most tests wait on servers,
 # elections and timers, and one worker kept the 2 cores about a third busy.
 PYTEST := $(BIN)/pytest -q -p no:cacheprovider -n $(or $(TEST_WORKERS),2) --dist loadfile
@@ -29,17 +30,22 @@ run: $(STAMP)
 run-single: $(STAMP)
 	exec $(BIN)/jetraft server -c $(CONFIG)
 
-# The compiled build (one C compiler process, about 3 minutes) runs in the background while
-# mypy, the import contracts and the pure suite run; then the compiled suite runs on it.
+# Three steps. (1) The compiled build (one C compiler process, about 3 minutes) runs in the
+# background beside mypy, the import contracts and the suites that need no server or clock
+# (unit, RAFT, simulator: one CPU-bound process), so the two cores are both used and nothing
+# timing-sensitive runs beside the compiler. (2) The rest of the suite on the pure build, in
+# two workers. (3) The unit and integration suites on the compiled build, in two workers.
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks setup.py build_support
-	@echo "compiled build: started in the background, its output follows the pure suite"
+	@echo "compiled build: started in the background, its output follows the unit suites"
 	@$(MAKE) --no-print-directory compiled > $(BUILD_LOG) 2>&1 & build=$$!; \
 	status=0; \
-	{ $(BIN)/mypy && $(BIN)/lint-imports && $(PYTEST); } || status=$$?; \
+	{ $(BIN)/mypy && $(BIN)/lint-imports && \
+	  $(BIN)/pytest -q -p no:cacheprovider $(SERVERLESS_TESTS); } || status=$$?; \
 	wait $$build; built=$$?; cat $(BUILD_LOG); \
 	if [ $$status -ne 0 ]; then exit $$status; fi; \
-	if [ $$built -ne 0 ]; then echo "compiled build failed"; exit $$built; fi; \
+	if [ $$built -ne 0 ]; then echo "compiled build failed"; exit $$built; fi
+	$(PYTEST) $(addprefix --ignore=,$(SERVERLESS_TESTS))
 	PYTHONPATH=$(MYPYC_SITE) $(PYTEST) $(COMPILED_TESTS)
 
 # Build the compiled modules afresh (build/ holds mypyc's C sources and setuptools' output) and
