@@ -3,8 +3,9 @@
 #   benchmarks/readme_figures.sh OUT_DIR
 # Needs `make compiled` first (the compiled build in build/mypyc-site). Core and single-server
 # JetStream run once on each build (ab_builds: pure, then compiled; each run beside its own
-# nats-server runs); the cluster and Spark benchmarks run on the compiled build. About 30
-# minutes on 2 cores; run it on an otherwise quiet machine.
+# nats-server runs); the cluster and Spark benchmarks run on the compiled build. About 11
+# minutes on 2 cores; run it on an otherwise quiet machine. `python -m
+# benchmarks.readme_tables OUT_DIR` then prints the README's tables from the logs.
 set -u
 cd "$(dirname "$0")/.."
 out=$(mkdir -p "$1" && cd "$1" && pwd)
