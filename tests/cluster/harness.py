@@ -38,9 +38,22 @@ CLUSTER = "C1"
 
 
 def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str, count: int) -> list[int]:
+    """``count`` distinct free ports of ``host``: each socket stays bound until all are
+    taken, so the kernel cannot hand the same port out twice."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            socks.append(s)
+            s.bind((host, 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 async def wait_until(
@@ -99,9 +112,11 @@ class Node:
 
     def __post_init__(self) -> None:
         self.host = self.host or f"127.0.0.{10 + self.index}"
-        self.port = self.port or free_port(self.host)
-        self.cluster_port = self.cluster_port or free_port(self.host)
-        self.http_port = self.http_port or free_port(self.host)
+        # Bound together: ports taken one after the other can come back equal once closed.
+        client, route, http = free_ports(self.host, 3)
+        self.port = self.port or client
+        self.cluster_port = self.cluster_port or route
+        self.http_port = self.http_port or http
 
     @property
     def name(self) -> str:

@@ -55,6 +55,12 @@ class CommitClosed(Exception):
     """The queue was closed or abandoned before the change became durable."""
 
 
+class CommitAbandoned(CommitClosed):
+    """The stream or consumer was deleted before the change became durable: the deletion
+    came after the change and supersedes it (an ephemeral consumer whose inactive_threshold
+    ran out while its create was syncing, a stream deleted during a purge's sync)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """What a prepare captured: the blocking half (None: nothing left to make durable) and
@@ -413,7 +419,7 @@ class CommitQueue:
     async def abandon(self) -> None:
         """Stop without committing more (the thing is being deleted): wait for the running
         commit so that nothing is written after this returns; waiters hear CommitClosed."""
-        self._close(CommitClosed(f"{self.name} was deleted"))
+        self._close(CommitAbandoned(f"{self.name} was deleted"))
         running = self._running
         if running is not None:
             with contextlib.suppress(Exception):

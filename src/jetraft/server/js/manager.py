@@ -38,7 +38,7 @@ from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Router
 from jetraft.server.js.advisories import action_advisories, doomed_consumers, existed_before
 from jetraft.server.js.commit import POOL as COMMIT_POOL
-from jetraft.server.js.commit import Barrier, collect, note_job
+from jetraft.server.js.commit import Barrier, CommitAbandoned, collect, note_job
 from jetraft.server.js.consumers import StreamConsumers
 from jetraft.server.js.host import JsHost
 from jetraft.server.js.limits import check_stream_limits, limits_body
@@ -203,7 +203,11 @@ class JsAccount:
             return
 
         def answer(exc: BaseException | None) -> None:
-            if exc is not None:
+            # A change whose stream or consumer was deleted while it synced was made, then
+            # deleted: its answer stands (nats-server answers the create of an ephemeral
+            # consumer that its inactive_threshold then removes). Only a failed sync is an
+            # error.
+            if exc is not None and not isinstance(exc, CommitAbandoned):
                 self._send(reply or "", self._not_durable(api_subject, out, exc))
                 return
             self._send(reply or "", out)
