@@ -38,7 +38,8 @@ run-single: $(STAMP)
 # background beside mypy, the import contracts and the suites that need no server or clock
 # (unit, RAFT, simulator: one CPU-bound process), so the two cores are both used and nothing
 # timing-sensitive runs beside the compiler. (2) The rest of the suite on the pure build, in
-# two workers, then the Spark suite in one. (3) The unit and integration suites on the compiled build, in two workers.
+# two workers, then the Spark suite in one process. (3) The unit and integration suites on
+# the compiled build, in two workers.
 test: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks setup.py build_support
 	@echo "compiled build: started in the background, its output follows the unit suites"
