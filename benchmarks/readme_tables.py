@@ -68,22 +68,27 @@ CORE_LABELS = {
 }
 
 
-def core(text: str) -> Iterator[str]:
+def _side_by_side(
+    text: str, first: str, cpu: str, unit: str, labels: dict[str, str]
+) -> Iterator[str]:
+    """A table of both builds, each beside its own nats-server run (core, consume): rate,
+    nats-server's rate, ratio, jetraft's and nats-server's CPU per message."""
     runs = _sections(text)
     pure, comp = _rows(runs["pure"], 5), _rows(runs["compiled"], 5)
-    yield (
-        "| scenario | pure | nats-server | ratio | compiled | nats-server | ratio "
-        "| CPU/msg pure / compiled / nats |"
-    )
+    yield f"| {first} | pure | nats-server | ratio | compiled | nats-server | ratio | {cpu} |"
     yield "|---|---:|---:|---:|---:|---:|---:|---|"
-    for key, label in CORE_LABELS.items():
+    for key, label in labels.items():
         p, c = pure[key], comp[key]
-        cpu = f"{p[3]} / {c[3]} / {_span(p[4], c[4])} µs"
-        yield f"| {label} | {p[0]} | {p[1]} | {p[2]} | {c[0]} | {c[1]} | {c[2]} | {cpu} |"
+        per_msg = f"{p[3]} / {c[3]} / {_span(p[4], c[4])}{unit}"
+        yield f"| {label} | {p[0]} | {p[1]} | {p[2]} | {c[0]} | {c[1]} | {c[2]} | {per_msg} |"
     for build in ("pure", "compiled"):
         for line in runs[build]:
             if "RSS" in line:
                 yield f"<!-- {build}: {line.strip()} -->"
+
+
+def core(text: str) -> Iterator[str]:
+    return _side_by_side(text, "scenario", "CPU/msg pure / compiled / nats", " µs", CORE_LABELS)
 
 
 PUBLISH_LABELS = {
@@ -135,17 +140,8 @@ def publish(text: str) -> Iterator[str]:
 
 
 def consume(text: str) -> Iterator[str]:
-    runs = _sections(text)
-    pure, comp = _rows(runs["pure"], 5), _rows(runs["compiled"], 5)
-    yield (
-        "| payload | pure | nats-server | ratio | compiled | nats-server | ratio "
-        "| server CPU µs/msg pure / compiled / nats |"
-    )
-    yield "|---|---:|---:|---:|---:|---:|---:|---|"
-    for key, label in (("128", "128 B"), ("1024", "1 KB")):
-        p, c = pure[key], comp[key]
-        cpu = f"{p[3]} / {c[3]} / {_span(p[4], c[4])}"
-        yield f"| {label} | {p[0]} | {p[1]} | {p[2]} | {c[0]} | {c[1]} | {c[2]} | {cpu} |"
+    cpu = "server CPU µs/msg pure / compiled / nats"
+    return _side_by_side(text, "payload", cpu, "", {"128": "128 B", "1024": "1 KB"})
 
 
 def cluster(text: str) -> Iterator[str]:
