@@ -19,7 +19,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import nats
+
+from tests.ports import free_port
 
 BIN = Path(sys.executable).parent
 JETRAFT = str(BIN / "jetraft")
@@ -55,12 +56,6 @@ accounts {{
 }}
 no_auth_user: app
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def nats_server_binary() -> str:

@@ -14,7 +14,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 import nats
 
 from tests.cluster.proxy import RouteProxy
+from tests.ports import free_port, free_ports
 
 T = TypeVar("T")
 
@@ -35,25 +35,6 @@ SYS_USER = "admin"
 SYS_PASSWORD = "a very long s3cr3t! password"
 SYS_HASH = "$2a$11$DRh4C0KNbNnD8K/hb/buWe1zPxEHrLEiDmuq1Mi0rRJiH/W25Qidm"
 CLUSTER = "C1"
-
-
-def free_port(host: str) -> int:
-    return free_ports(host, 1)[0]
-
-
-def free_ports(host: str, count: int) -> list[int]:
-    """``count`` distinct free ports of ``host``: each socket stays bound until all are
-    taken, so the kernel cannot hand the same port out twice."""
-    socks: list[socket.socket] = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            socks.append(s)
-            s.bind((host, 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 async def wait_until(
@@ -112,7 +93,6 @@ class Node:
 
     def __post_init__(self) -> None:
         self.host = self.host or f"127.0.0.{10 + self.index}"
-        # Bound together: ports taken one after the other can come back equal once closed.
         client, route, http = free_ports(self.host, 3)
         self.port = self.port or client
         self.cluster_port = self.cluster_port or route

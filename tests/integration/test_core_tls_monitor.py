@@ -12,6 +12,7 @@ import pytest
 import trustme
 
 from jetraft.server.server import Server
+from tests.ports import free_port
 
 from .conftest import ServerFactory, connect, wait_for
 
@@ -194,9 +195,7 @@ def test_tls_upgrade_when_the_hello_follows_info_at_once(
     import sys
     import time
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     conf = tmp_path / "tls.conf"
     conf.write_text(
         f'listen: "127.0.0.1:{port}"\n'

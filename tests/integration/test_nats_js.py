@@ -28,18 +28,13 @@ from pathlib import Path
 import pytest
 
 from tests import natsjs
+from tests.ports import free_port as _free_port
 
 
 @pytest.fixture(scope="session")
 def natsjs_installed() -> str:
     """Install the pinned nats.js once per session (reused across sessions); return node."""
     return natsjs.install()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

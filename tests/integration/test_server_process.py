@@ -11,11 +11,7 @@ from pathlib import Path
 
 import nats
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port as _free_port
 
 
 def _wait_listening(proc: subprocess.Popen[bytes], port: int, timeout_s: float = 20) -> None:

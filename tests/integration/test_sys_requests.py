@@ -23,6 +23,7 @@ from tests.cluster.conftest import ClusterFactory, make_cluster  # noqa: F401 (f
 from tests.cluster.harness import SYS_HASH, SYS_PASSWORD, SYS_USER, wait_until
 from tests.integration.conftest import ServerFactory, connect, url
 from tests.integration.jetstream.consumer_support import nats_server_binary
+from tests.ports import free_port as _free_port
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -291,12 +292,6 @@ async def test_healthz_js_options_over_http(make_server: ServerFactory, tmp_path
 
 
 # --- the same requests against nats-server -------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _answers(server_url: str) -> dict[str, dict[str, Any]]:

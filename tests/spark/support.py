@@ -12,7 +12,6 @@ import asyncio
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,14 +24,10 @@ import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig
 
+from tests.ports import free_port as _free_port
+
 T = TypeVar("T")
 SERVER_KIND = os.environ.get("JETRAFT_SPARK_SERVER", "jetraft")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _nats_server_binary() -> str:

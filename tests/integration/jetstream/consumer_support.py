@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -22,13 +21,9 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
+from tests.ports import free_port as _free_port
+
 VS_NATS = bool(os.environ.get("JETRAFT_VS_NATS"))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def nats_server_binary() -> str:

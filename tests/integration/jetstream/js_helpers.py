@@ -7,7 +7,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ from typing import Any
 import nats
 
 from tests.integration.jetstream.consumer_support import VS_NATS
+from tests.ports import free_port
 
 __all__ = ["VS_NATS", "ProcServer", "api", "err", "free_port", "wait_for"]
 
@@ -37,12 +37,6 @@ async def api(nc: nats.NATS, subject: str, body: Any = None, timeout: float = 2.
 def err(resp: dict[str, Any]) -> tuple[int, int, str]:
     e = resp["error"]
     return e["code"], e["err_code"], e["description"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def wait_for(

@@ -17,12 +17,7 @@ import pytest
 from nats.js.api import AckPolicy
 
 from tests.integration.jetstream.consumer_support import VS_NATS, nats_server_binary
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.ports import free_port as _free_port
 
 
 class Proc:
