@@ -8,6 +8,7 @@ The Spark session is started once per session (the JVM takes seconds to start) w
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import sys
@@ -38,36 +39,110 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     srv.stop()
 
 
+class _Sessions:
+    """The suite's one Spark session, rebuilt after a test timed out inside it.
+
+    pytest-timeout ends a test by raising in the main thread, which can be in the middle
+    of a py4j call; the gateway connection is then left with an answer nobody read, and
+    every later call on it gets some earlier call's answer. One timeout would fail every
+    Spark test after it with nonsense, so the JVM of a timed-out test is ended and the
+    next test starts a fresh one.
+    """
+
+    def __init__(self, warehouse: str) -> None:
+        self.warehouse = warehouse
+        self.session: Any = None
+        self.poisoned = False
+
+    def get(self) -> Any:
+        if self.poisoned:
+            self.discard()
+        if self.session is None:
+            self.session = self._build()
+        return self.session
+
+    def _build(self) -> Any:
+        from pyspark.sql import SparkSession
+
+        import jetraft.spark
+
+        session = (
+            SparkSession.builder.master("local[2, 4]")
+            .appName("jetraft-spark-tests")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.warehouse.dir", self.warehouse)
+            .config("spark.driver.memory", "1g")
+            .config("spark.python.worker.reuse", "true")
+            .config("spark.sql.streaming.stopTimeout", "20s")
+            .getOrCreate()
+        )
+        session.sparkContext.setLogLevel("ERROR")
+        jetraft.spark.register(session)
+        return session
+
+    def discard(self) -> None:
+        """End the JVM without a word to it (its connection cannot be trusted) and forget
+        every reference PySpark keeps, so the next ``getOrCreate`` launches a new one."""
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(Exception):
+            gateway.shutdown()
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+        self.session = None
+        self.poisoned = False
+
+    def stop(self) -> None:
+        if self.session is not None and not self.poisoned:
+            self.session.stop()
+        elif self.session is not None:
+            self.discard()
+
+
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    import jetraft.spark
-
+def _spark_sessions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Sessions]:
     # Loopback only: Spark otherwise binds the driver to the host's first non-loopback address.
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    warehouse = tmp_path_factory.mktemp("spark-warehouse")
-    session = (
-        SparkSession.builder.master("local[2, 4]")
-        .appName("jetraft-spark-tests")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.warehouse.dir", str(warehouse))
-        .config("spark.driver.memory", "1g")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.sql.streaming.stopTimeout", "20s")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    jetraft.spark.register(session)
-    yield session
-    session.stop()
+    sessions = _Sessions(str(tmp_path_factory.mktemp("spark-warehouse")))
+    yield sessions
+    sessions.stop()
+
+
+@pytest.fixture
+def spark(_spark_sessions: _Sessions) -> Any:
+    return _spark_sessions.get()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if (
+        report.failed
+        # pytest-timeout's failure, raised as such or wrapped by py4j (then its banner is
+        # in the captured stderr)
+        and ("Timeout" in str(report.longrepr) or "+ Timeout +" in report.capstderr)
+        and "spark" in getattr(item, "fixturenames", ())
+    ):
+        sessions = item.funcargs.get("_spark_sessions")  # type: ignore[attr-defined]
+        if isinstance(sessions, _Sessions):
+            sessions.poisoned = True
 
 
 _counter = itertools.count()
