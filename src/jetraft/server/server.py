@@ -336,6 +336,9 @@ class Server:
     def lame_duck_mode(self) -> bool:
         return self.in_lame_duck
 
+    def trace_server_info(self) -> dict[str, Any]:
+        return self.sys_requests.server_info()
+
     def route_client_urls_changed(self, urls: list[str]) -> None:
         """Servers joined or left: clients that understand async INFO hear the new URLs."""
         self.route_client_urls = urls

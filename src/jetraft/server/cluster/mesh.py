@@ -37,8 +37,9 @@ from urllib.parse import urlsplit
 import jetraft
 from jetraft.config import ServerConfig
 from jetraft.protocol import route as rp
-from jetraft.protocol.client import PubBatch, pub_line
+from jetraft.protocol.client import PubBatch, pub_line, split_body
 from jetraft.server.cluster.route_conn import PeerInfo, RouteConnection
+from jetraft.server.core import msgtrace
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.auth import password_matches
 from jetraft.server.core.router import Router
@@ -79,6 +80,10 @@ class ClusterHost(Protocol):
     def lame_duck_mode(self) -> bool: ...
 
     def route_client_urls_changed(self, urls: list[str]) -> None: ...
+
+    def trace_server_info(self) -> dict[str, Any]:
+        """The ``server`` block of this server's message trace events."""
+        ...
 
 
 RaftReceiver = Callable[[str, str, bytes], None]  # (from server name, group, message)
@@ -490,6 +495,13 @@ class RouteMesh:
         account = self.host.account_named(msg.account)
         if account is None:
             return
+        if msg.route_by is None and msgtrace.maybe_traced(msg.hdr):
+            assert msg.hdr is not None
+            msgtrace.deliver_traced_from_route(
+                self.host.router, route, account, msg.subject, msg.reply, msg.hdr, msg.data,
+                msg.queues, self.host.trace_server_info,
+            )  # fmt: skip
+            return
         self.host.router.deliver_from_route(
             account, msg.subject, msg.reply, msg.hdr, msg.data, msg.queues, msg.route_by
         )
@@ -505,8 +517,7 @@ class RouteMesh:
             first = starts[-1]
             lines.append(pub_line(msgs.subject, msgs.reply, len(msgs.bodies[first]), hdr_len))
             starts.append(first + count)
-        batch = PubBatch(lines, starts, msgs.bodies)
-        self.host.router.deliver_pubs_from_route(account, batch)
+        self._deliver_pubs(route, account, PubBatch(lines, starts, msgs.bodies))
 
     def remote_pubs(self, route: RouteConnection, pubs: rp.RPubs) -> None:
         account = self.host.account_named(pubs.account)
@@ -519,7 +530,23 @@ class RouteMesh:
             first = starts[-1]
             lines.append(pub_line(subject, reply, len(bodies[first]), hdr_len))
             starts.append(first + count)
-        self.host.router.deliver_pubs_from_route(account, PubBatch(lines, starts, bodies))
+        self._deliver_pubs(route, account, PubBatch(lines, starts, bodies))
+
+    def _deliver_pubs(self, route: RouteConnection, account: Account, batch: PubBatch) -> None:
+        router = self.host.router
+        if not msgtrace.batch_traced(batch):
+            router.deliver_pubs_from_route(account, batch)
+            return
+        for line, body in batch.messages():  # rare: a traced message among them
+            hdr, data = split_body(line, body)
+            if msgtrace.maybe_traced(hdr):
+                assert hdr is not None
+                msgtrace.deliver_traced_from_route(
+                    router, route, account, line[0], line[1], hdr, data, (),
+                    self.host.trace_server_info,
+                )  # fmt: skip
+            else:
+                router.deliver_from_route(account, line[0], line[1], hdr, data, (), None)
 
     def remote_answers(self, route: RouteConnection, answers: rp.RAnswers) -> None:
         account = self.host.account_named(answers.account)
@@ -568,10 +595,10 @@ class RouteMesh:
 
     def routez(self) -> list[dict[str, Any]]:
         out = []
-        for rid, (sid, r) in enumerate(sorted(self.routes.items()), start=1):
+        for sid, r in sorted(self.routes.items()):
             out.append(
                 {
-                    "rid": rid,
+                    "rid": r.rid,
                     "remote_id": sid,
                     "remote_name": r.peer.name,
                     "did_solicit": r.solicited,

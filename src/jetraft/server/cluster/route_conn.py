@@ -11,6 +11,7 @@ class is the socket, the parser and the per-peer state.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -25,6 +26,8 @@ log = logging.getLogger("jetraft.route")
 
 # Frames are written once per loop turn, or earlier once this many bytes are waiting.
 _FLUSH_BYTES = 256 * 1024
+# Route connection ids (nats-server's rid): /routez and message traces name routes by them.
+_RIDS = itertools.count(1)
 
 
 @dataclass(slots=True)
@@ -122,6 +125,7 @@ class RouteConnection(asyncio.Protocol):
 
     def __init__(self, owner: RouteOwner, *, solicited: bool, url: str = "") -> None:
         self.owner = owner
+        self.rid = next(_RIDS)
         self.solicited = solicited
         self.url = url  # the URL we dialed (solicited routes)
         self.peer = PeerInfo()

@@ -16,6 +16,7 @@ from typing import Any, Protocol, cast
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
+from jetraft.server.core import msgtrace
 from jetraft.server.core.accounts import (
     Account,
     Subscription,
@@ -74,6 +75,10 @@ class ClientHost(Protocol):
     def client_bound(self, conn: ClientConnection) -> None: ...
 
     def client_closed(self, conn: ClientConnection) -> None: ...
+
+    def trace_server_info(self) -> dict[str, Any]:
+        """The ``server`` block of this server's message trace events."""
+        ...
 
 
 class ClientConnection(asyncio.Protocol):
@@ -234,7 +239,7 @@ class ClientConnection(asyncio.Protocol):
         return self._connect(options)
 
     def on_pubs(self, batch: proto.PubBatch) -> None:
-        if self._plain:
+        if self._plain and not msgtrace.batch_traced(batch):
             # The common case: an authenticated client with no permissions, pedantic or verbose
             # (HPUB without headers support is refused by the parser): the whole read at once.
             self.in_msgs += len(batch.bodies)
@@ -381,6 +386,17 @@ class ClientConnection(asyncio.Protocol):
         if self.pedantic and not is_valid_subject(subject):
             self.send_err("Invalid Publish Subject")
             return
+        trace: msgtrace.MsgTrace | None = None
+        if hdr is not None and msgtrace.MARK in hdr:
+            start = msgtrace.begin(hdr, self.account, len(hdr) + len(payload), from_route=False)
+            if start.drop:
+                return
+            hdr, trace = start.hdr, start.trace
+            if trace is not None:
+                if not self._may_publish(trace.dest):
+                    self.send_err(f'Permissions Violation for Publish to "{trace.dest}"')
+                    return
+                trace.ingress(msgtrace.KIND_CLIENT, self.cid, self.name, subject)
         mapper = self.account.mapper
         if mapper is not None:
             # Mapped before the permission check, as nats-server (it checks the result).
@@ -389,14 +405,14 @@ class ClientConnection(asyncio.Protocol):
                 if not mapped:
                     return  # the weights left this draw without a destination: dropped
                 subject = mapped
-        perms = self.perms
-        if (
-            perms is not None
-            and perms.publish is not None
-            and not perms.publish.permits_publish(subject)
-            and not self._response_ok(subject)
-        ):
-            self.send_err(f'Permissions Violation for Publish to "{subject}"')
+                if trace is not None:
+                    trace.mapped(subject)
+        if not self._may_publish(subject) and not self._response_ok(subject):
+            error = f'Permissions Violation for Publish to "{subject}"'
+            self.send_err(error)
+            if trace is not None:
+                trace.ingress_error(error)
+                trace.send(self.server.router, self.server.trace_server_info)
             return
         if hdr is not None and not self.headers:
             # HPUB from a client that did not announce headers support.
@@ -404,7 +420,18 @@ class ClientConnection(asyncio.Protocol):
         if self.verbose:
             # Acknowledged before delivery, as nats-server does (a self-subscriber sees +OK first).
             self.enqueue(proto.OK_FRAME)
+        if trace is not None:
+            assert hdr is not None
+            msgtrace.route_traced(
+                self.server.router, self, subject, reply, hdr, payload, trace,
+                self.server.trace_server_info,
+            )  # fmt: skip
+            return
         self._route(self, self.account, subject, reply, hdr, payload)
+
+    def _may_publish(self, subject: str) -> bool:
+        perms = self.perms
+        return perms is None or perms.publish is None or perms.publish.permits_publish(subject)
 
     def _response_ok(self, subject: str) -> bool:
         entry = self._resp_allowed.get(subject)

@@ -41,6 +41,7 @@ class InternalClient:
         self.router = router
         self.account = account
         self.name = name
+        self.stream = ""  # the stream whose intake this is (message tracing reports it)
         self.subs: dict[str, Subscription] = {}
         self._handlers: dict[str, Handler] = {}
         self._run_handlers: dict[str, RunHandler] = {}

@@ -542,6 +542,13 @@ class Router:
         weights = [max(s.weight, 1) for s in routes]
         return cast(RouteSubscriber, self._rng.choices(routes, weights)[0].conn)
 
+    def pick_index(self, n: int) -> int:
+        """Where a walk over ``n`` queue members starts (tracing's copy of the walk)."""
+        return self._rng.randrange(n) if n > 1 else 0
+
+    def no_responders(self, sender: Publisher, subject: str, reply: str) -> None:
+        self._no_responders(sender, subject, reply)
+
     def _no_responders(self, sender: Publisher, subject: str, reply: str) -> None:
         owner: object = sender
         for sub in sender.account.sublist.match(reply).plain:

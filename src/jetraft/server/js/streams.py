@@ -99,6 +99,7 @@ class StreamRuntime:
         self.stream_dir = stream_dir
         self.loop = asyncio.get_running_loop()
         self.client = InternalClient(acct.router, acct.account, f"stream {stream.name}")
+        self.client.stream = stream.name
         # Consumers observe the stream themselves; their set doubles as the stream's
         # retention registry, and their "no longer needed" comes back through our propose.
         self.cipher = cipher  # encryption at rest: the stream's record cipher

@@ -122,6 +122,7 @@ class StreamReplica:
         self.applied_index = 0  # of the last entry applied (file replicas: see stream_file)
         self.stream = self._make_stream(host, sa)
         self.client = InternalClient(host.router, account, f"stream {sa.account} > {sa.name}")
+        self.client.stream = sa.name
         self.direct = InternalClient(host.router, account, f"direct get {sa.account} > {sa.name}")
         # The leader reads the stream's origins (mirror / sources) and proposes the copies.
         self.sourcer = Sourcer(
