@@ -207,3 +207,58 @@ async def test_reported_version_is_the_feature_level_implemented(tmp_path: Path)
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
+
+
+async def test_trace_log_to_a_log_file_with_a_pid_file(tmp_path: Path) -> None:
+    """``trace: true`` writes each operation a client sends and each protocol frame the
+    server answers with (nats.js's own tests count the ``[SUB ...]`` lines); ``log_file``
+    takes the log instead of standard error, ``logtime: false`` drops the time, and
+    ``pid_file`` holds the process id."""
+    port = _free_port()
+    log_file, pid_file = tmp_path / "server.log", tmp_path / "server.pid"
+    conf = tmp_path / "trace.conf"
+    conf.write_text(
+        f"listen: 127.0.0.1:{port}\ntrace: true\nlogtime: false\n"
+        f'log_file: "{log_file}"\npid_file: "{pid_file}"\n'
+    )
+    proc = _start(["-c", str(conf)])
+    try:
+        _wait_listening(proc, port)
+        assert pid_file.read_text() == str(proc.pid)
+        nc = await nats.connect(
+            f"nats://127.0.0.1:{port}", user="u", password="hidden", allow_reconnect=False
+        )
+        sub = await nc.subscribe("foo", queue="q")
+        await nc.publish("foo", b"hello", headers={"K": "v"})
+        await sub.next_msg(timeout=2)
+        await sub.unsubscribe()
+        await nc.flush()
+        await nc.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    assert proc.stderr is not None and b"[TRC]" not in proc.stderr.read()
+    lines = log_file.read_text().splitlines()
+    traced = [line.split("] ", 1)[1] for line in lines if "[TRC]" in line]
+    assert all(line.startswith(f"[{proc.pid}] [") for line in lines)  # no time
+    ops = [t.split(" - ", 2)[2] for t in traced]
+    assert ops[0].startswith("<<- [CONNECT {") and '"pass":"[REDACTED]"' in ops[0]
+    assert "hidden" not in log_file.read_text()
+    hdr = len(b"NATS/1.0\r\nK: v\r\n\r\n")
+    for op in ("<<- [SUB foo q 1]", "<<- [PING]", "->> [PONG]",
+               f"<<- [HPUB foo {hdr} {hdr + 5}]", "<<- [UNSUB 1]"):  # fmt: skip
+        assert op in ops, (op, ops)
+    assert ops[ops.index(f"<<- [HPUB foo {hdr} {hdr + 5}]") + 1] == (
+        '<<- MSG_PAYLOAD: ["NATS/1.0\\r\\nK: v\\r\\n\\r\\nhello"]'
+    )
+    assert any("Server is ready" in line for line in lines)
+
+
+def test_an_unwritable_log_file_stops_the_start(tmp_path: Path) -> None:
+    conf = tmp_path / "s.conf"
+    conf.write_text(f'listen: 127.0.0.1:{_free_port()}\nlog_file: "{tmp_path}/no/such/dir.log"\n')
+    proc = subprocess.run(
+        [sys.executable, "-m", "jetraft", "server", "-c", str(conf)], capture_output=True,
+        timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 1 and b"no/such/dir.log" in proc.stderr

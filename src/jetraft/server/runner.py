@@ -5,11 +5,14 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 from jetraft.config import ConfigError, ServerConfig, build_config, load_config, parse_args
+from jetraft.server.core import proto_trace
 from jetraft.server.core.mappings import check_mappings
 from jetraft.server.core.startup import StartError
 from jetraft.server.server import Server
@@ -18,12 +21,20 @@ log = logging.getLogger("jetraft")
 
 
 def _setup_logging(cfg: ServerConfig) -> None:
-    level = logging.DEBUG if (cfg.debug or cfg.trace) else logging.INFO
-    logging.basicConfig(
-        level=level,
-        format="[%(process)d] %(asctime)s [%(levelname).3s] %(message)s",
-        stream=sys.stderr,
+    """Where and how the log is written: ``log_file`` (appended to) or standard error,
+    ``logtime``/``logtime_utc``, and the level of ``debug``/``trace``. A log file that
+    cannot be opened stops the start (OSError, reported by ``main``)."""
+    # -V (trace) shows the protocol trace log and everything -D (debug) shows.
+    level = proto_trace.TRACE if cfg.trace else logging.DEBUG if cfg.debug else logging.INFO
+    when = "%(asctime)s " if cfg.logtime else ""
+    formatter = logging.Formatter(f"[%(process)d] {when}[%(levelname).3s] %(message)s")
+    if cfg.logtime_utc:
+        formatter.converter = time.gmtime
+    handler: logging.Handler = (
+        logging.FileHandler(cfg.log_file) if cfg.log_file else logging.StreamHandler(sys.stderr)
     )
+    handler.setFormatter(formatter)
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 # Collection thresholds once the server runs. The defaults (700, 10, 10) collect the
@@ -102,7 +113,13 @@ def main(argv: list[str]) -> int:
     except ConfigError as exc:
         print(f"jetraft: configuration error: {exc}", file=sys.stderr)
         return 1
-    _setup_logging(cfg)
+    try:
+        _setup_logging(cfg)
+        if cfg.pid_file:
+            Path(cfg.pid_file).write_text(f"{os.getpid()}")
+    except OSError as exc:
+        print(f"jetraft: {exc}", file=sys.stderr)
+        return 1
     for warning in cfg.warnings:
         log.warning("config: %s", warning)
     try:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, cast
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
 from jetraft.protocol.subjects import is_valid_filter, is_valid_subject
-from jetraft.server.core import msgtrace
+from jetraft.server.core import msgtrace, proto_trace
 from jetraft.server.core.accounts import (
     Account,
     Subscription,
@@ -121,6 +121,7 @@ class ClientConnection(asyncio.Protocol):
         self._route = server.router.route_message
         self._route_pubs = server.router.route_pubs
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
+        self.trace = opts.trace  # the protocol trace log (``proto_trace``)
         self._flush_scheduled = False
         self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
         self._resp_since_prune = 0
@@ -163,6 +164,8 @@ class ClientConnection(asyncio.Protocol):
         """Buffer a frame; everything buffered this loop turn leaves in one write."""
         if self.closed:
             return
+        if self.trace:
+            proto_trace.outgoing(self, frame)
         self._out.append(frame)
         self._out_bytes += len(frame)
         if not self._flush_scheduled:
@@ -236,6 +239,8 @@ class ClientConnection(asyncio.Protocol):
             raise proto.ProtocolError("Authorization Violation")
 
     def on_connect(self, options: dict[str, Any]) -> bool:
+        if self.trace:
+            proto_trace.connect(self, options)
         return self._connect(options)
 
     def on_pubs(self, batch: proto.PubBatch) -> None:
@@ -252,6 +257,8 @@ class ClientConnection(asyncio.Protocol):
     def on_pub(self, subject: str, reply: str | None, hdr: bytes | None, payload: bytes) -> None:
         self.in_msgs += 1
         self.in_bytes += len(payload) if hdr is None else len(payload) + len(hdr)
+        if self.trace:
+            proto_trace.publish(self, subject, reply, hdr, payload)
         if self.closed:
             return
         if not self.connected:
@@ -259,18 +266,26 @@ class ClientConnection(asyncio.Protocol):
         self._pub(subject, reply, hdr, payload)
 
     def on_sub(self, subject: str, queue: str | None, sid: str) -> None:
+        if self.trace:
+            proto_trace.sub(self, subject, queue, sid)
         self._require_auth()
         self._sub(subject, queue, sid)
 
     def on_unsub(self, sid: str, max_msgs: int | None) -> None:
+        if self.trace:
+            proto_trace.unsub(self, sid, max_msgs)
         self._require_auth()
         self._unsub(sid, max_msgs)
 
     def on_ping(self) -> None:
+        if self.trace:
+            proto_trace.incoming(self, "PING")
         self._require_auth()
         self.enqueue(proto.PONG_FRAME)
 
     def on_pong(self) -> None:
+        if self.trace:
+            proto_trace.incoming(self, "PONG")
         self.pings_out = 0
 
     def _connect(self, o: dict[str, Any]) -> bool:
@@ -338,6 +353,7 @@ class ClientConnection(asyncio.Protocol):
             and not self.verbose
             and self._max_payload_user < 0
             and self.account.mapper is None
+            and not self.trace
         )
         if self._auth_timer is not None:
             self._auth_timer.cancel()
