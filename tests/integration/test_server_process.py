@@ -262,3 +262,50 @@ def test_an_unwritable_log_file_stops_the_start(tmp_path: Path) -> None:
         timeout=30,
     )  # fmt: skip
     assert proc.returncode == 1 and b"no/such/dir.log" in proc.stderr
+
+
+async def test_sighup_reloads_logging_and_refuses_other_changes(tmp_path: Path) -> None:
+    """A reload applies the logging options (here the protocol trace, to connections open
+    already too) and refuses any other change as a whole, naming it, with the server going
+    on as configured before (it does not die of the signal)."""
+    port = _free_port()
+    log_file = tmp_path / "server.log"
+    conf = tmp_path / "reload.conf"
+    base = f'listen: 127.0.0.1:{port}\nlog_file: "{log_file}"\n'
+    conf.write_text(base)
+    proc = _start(["-c", str(conf)])
+
+    def wait_log(text: str, count: int = 1) -> None:
+        deadline = time.monotonic() + 20
+        while log_file.read_text().count(text) < count:
+            assert time.monotonic() < deadline, (text, log_file.read_text())
+            assert proc.poll() is None, log_file.read_text()
+            time.sleep(0.02)
+
+    try:
+        _wait_listening(proc, port)
+        nc = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        await nc.subscribe("before")
+        await nc.flush()
+        conf.write_text(base + "trace: true\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_log("Reloaded server configuration")
+        await nc.subscribe("after")
+        await nc.flush()
+        wait_log("<<- [SUB after 2]")
+        assert "SUB before" not in log_file.read_text()
+        # Users added: refused, and the server keeps running without them.
+        conf.write_text(base + "trace: true\nauthorization { user: u, password: p }\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_log("config reload not supported for authorization")
+        other = await nats.connect(f"nats://127.0.0.1:{port}", allow_reconnect=False)
+        await other.close()
+        # A file that does not parse: refused with its position.
+        conf.write_text(base + "trace: {\n")
+        proc.send_signal(signal.SIGHUP)
+        wait_log("Failed to reload server configuration", 2)
+        assert "reload.conf:" in log_file.read_text().splitlines()[-1]
+        await nc.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0

@@ -15,6 +15,7 @@ from jetraft.config import ConfigError, ServerConfig, build_config, load_config,
 from jetraft.server.core import proto_trace
 from jetraft.server.core.mappings import check_mappings
 from jetraft.server.core.startup import StartError
+from jetraft.server.reload import reload
 from jetraft.server.server import Server
 
 log = logging.getLogger("jetraft")
@@ -34,7 +35,7 @@ def _setup_logging(cfg: ServerConfig) -> None:
         logging.FileHandler(cfg.log_file) if cfg.log_file else logging.StreamHandler(sys.stderr)
     )
     handler.setFormatter(formatter)
-    logging.basicConfig(level=level, handlers=[handler])
+    logging.basicConfig(level=level, handlers=[handler], force=True)  # again on a reload
 
 
 # Collection thresholds once the server runs. The defaults (700, 10, 10) collect the
@@ -57,7 +58,7 @@ def tune_gc() -> None:
     gc.set_threshold(*GC_THRESHOLDS)
 
 
-async def serve(cfg: ServerConfig) -> int:
+async def serve(cfg: ServerConfig, argv: list[str] | None = None) -> int:
     server = Server(cfg)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -72,6 +73,20 @@ async def serve(cfg: ServerConfig) -> int:
         task.add_done_callback(lambda _: stop.set())
 
     loop.add_signal_handler(signal.SIGUSR2, lame_duck)
+
+    def reload_config() -> None:
+        if argv is None:
+            log.error("Failed to reload server configuration: no configuration to read again")
+            return
+
+        def load() -> ServerConfig:
+            new = build_config(argv)
+            check_mappings(new)
+            return new
+
+        reload(server, load, _setup_logging)
+
+    loop.add_signal_handler(signal.SIGHUP, reload_config)
     try:
         await server.start()
     except StartError as exc:
@@ -125,5 +140,5 @@ def main(argv: list[str]) -> int:
     try:
         import uvloop
     except ImportError:
-        return asyncio.run(serve(cfg))
-    return int(uvloop.run(serve(cfg)))
+        return asyncio.run(serve(cfg, argv))
+    return int(uvloop.run(serve(cfg, argv)))

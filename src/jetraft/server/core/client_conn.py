@@ -320,6 +320,24 @@ class ClientConnection(asyncio.Protocol):
         self._bind(auth.authenticate(o, info))
         return False
 
+    def _can_batch(self) -> bool:
+        """May a read's publishes go to the router whole (``route_pubs``)?"""
+        return (
+            self.connected
+            and not self.closed
+            and self.perms is None
+            and not self.pedantic
+            and not self.verbose
+            and self._max_payload_user < 0
+            and self.account.mapper is None
+            and not self.trace
+        )
+
+    def set_trace(self, on: bool) -> None:
+        """The protocol trace log turned on or off (a configuration reload)."""
+        self.trace = on
+        self._plain = self._can_batch()
+
     def _auth_done(self, fut: asyncio.Future[User | Account | None]) -> None:
         if self.closed:
             return
@@ -347,14 +365,7 @@ class ClientConnection(asyncio.Protocol):
         else:
             self.account = who
         self.connected = True
-        self._plain = (
-            self.perms is None
-            and not self.pedantic
-            and not self.verbose
-            and self._max_payload_user < 0
-            and self.account.mapper is None
-            and not self.trace
-        )
+        self._plain = self._can_batch()
         if self._auth_timer is not None:
             self._auth_timer.cancel()
             self._auth_timer = None
