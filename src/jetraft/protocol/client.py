@@ -96,6 +96,18 @@ class PubBatch:
     def single(cls, line: PubLine, body: bytes) -> PubBatch:
         return cls([line], [0, 1], [body])
 
+    def headers_contain(self, marker: bytes) -> bool:
+        """Does any publish's header block contain ``marker``? (Payloads are not read; a
+        batch without headers costs a look at each run's control line.)"""
+        starts, bodies = self.starts, self.bodies
+        for r, line in enumerate(self.lines):
+            hdr_len = line[3]
+            if hdr_len > 0:
+                for i in range(starts[r], starts[r + 1]):
+                    if bodies[i].find(marker, 0, hdr_len) >= 0:
+                        return True
+        return False
+
     def messages(self, first: int = 0, stop: int | None = None) -> Iterator[tuple[PubLine, bytes]]:
         """(line, body) of each publish of runs ``first`` to ``stop`` (all by default)."""
         starts, bodies = self.starts, self.bodies

@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from jetraft.config import ServerConfig
 from jetraft.protocol import client as proto
@@ -32,6 +32,8 @@ log = logging.getLogger("jetraft.client")
 # Frames are written at the end of each loop turn, or earlier once this many bytes are waiting,
 # so one big read from a publisher does not pile up unbounded before the first write.
 _FLUSH_BYTES = 256 * 1024
+# A header block with this in it may be traced (``msgtrace``): such publishes go one by one.
+_TRACE_MARK: Final = msgtrace.MARK
 # Up to this many buffered pieces are written as they are (writelines), more are joined first.
 _WRITELINES_MAX = 8
 _HDR_LEN = operator.itemgetter(3)  # of a PubLine: -1 for PUB
@@ -244,7 +246,7 @@ class ClientConnection(asyncio.Protocol):
         return self._connect(options)
 
     def on_pubs(self, batch: proto.PubBatch) -> None:
-        if self._plain and not msgtrace.batch_traced(batch):
+        if self._plain and not batch.headers_contain(_TRACE_MARK):
             # The common case: an authenticated client with no permissions, pedantic or verbose
             # (HPUB without headers support is refused by the parser): the whole read at once.
             self.in_msgs += len(batch.bodies)
@@ -414,7 +416,7 @@ class ClientConnection(asyncio.Protocol):
             self.send_err("Invalid Publish Subject")
             return
         trace: msgtrace.MsgTrace | None = None
-        if hdr is not None and msgtrace.MARK in hdr:
+        if hdr is not None and _TRACE_MARK in hdr:
             start = msgtrace.begin(hdr, self.account, len(hdr) + len(payload), from_route=False)
             if start.drop:
                 return

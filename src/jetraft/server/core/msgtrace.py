@@ -70,14 +70,7 @@ def maybe_traced(hdr: bytes | None) -> bool:
 
 def batch_traced(batch: PubBatch) -> bool:
     """Does any publish of ``batch`` carry the trace header? (Only header blocks are read.)"""
-    starts, bodies = batch.starts, batch.bodies
-    for r, line in enumerate(batch.lines):
-        hdr_len = line[3]
-        if hdr_len > 0:
-            for i in range(starts[r], starts[r + 1]):
-                if bodies[i].find(MARK, 0, hdr_len) >= 0:
-                    return True
-    return False
+    return batch.headers_contain(MARK)
 
 
 def set_header(hdr: bytes, name: str, value: str) -> bytes:
