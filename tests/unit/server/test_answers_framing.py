@@ -39,7 +39,11 @@ def _setup() -> tuple[Router, Account, list[ClientConnection], list[Any]]:
     acct = Account("A")
     soon: list[Any] = []
     config = SimpleNamespace(
-        max_control_line=4096, max_payload=1 << 20, max_pending=1 << 30, max_subscriptions=0
+        max_control_line=4096,
+        max_payload=1 << 20,
+        max_pending=1 << 30,
+        max_subscriptions=0,
+        trace=False,
     )
     host = SimpleNamespace(
         config=config,
