@@ -309,3 +309,48 @@ async def test_sighup_reloads_logging_and_refuses_other_changes(tmp_path: Path) 
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
+
+
+def _signal(command: str) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "jetraft", "server", "--signal", command],
+        capture_output=True,
+        timeout=30,
+    )
+
+
+def test_signal_command_rotates_the_log_reloads_and_quits(tmp_path: Path) -> None:
+    """``--signal CMD=PID`` (nats-server's ``-sl``) with a pid file: ``reopen`` after a log
+    rotation writes to a new file, ``reload`` reads the configuration again, ``quit`` stops
+    the server cleanly; a command it does not know is refused."""
+    port = _free_port()
+    log_file, pid_file = tmp_path / "server.log", tmp_path / "server.pid"
+    conf = tmp_path / "s.conf"
+    conf.write_text(f'listen: 127.0.0.1:{port}\nlog_file: "{log_file}"\npid_file: "{pid_file}"\n')
+    proc = _start(["-c", str(conf)])
+
+    def wait_log(text: str) -> None:
+        deadline = time.monotonic() + 20
+        while not log_file.exists() or text not in log_file.read_text():
+            assert time.monotonic() < deadline and proc.poll() is None, text
+            time.sleep(0.02)
+
+    try:
+        _wait_listening(proc, port)
+        rotated = tmp_path / "server.log.1"
+        log_file.rename(rotated)
+        assert _signal(f"reopen={pid_file}").returncode == 0
+        wait_log("File log re-opened")
+        assert "Server is ready" in rotated.read_text()
+        assert _signal(f"reload={proc.pid}").returncode == 0
+        wait_log("Reloaded server configuration")
+        bad = _signal(f"explode={proc.pid}")
+        assert bad.returncode == 1 and b"unknown signal 'explode'" in bad.stderr
+        missing = _signal(f"reload={tmp_path / 'nope.pid'}")
+        assert missing.returncode == 1 and b"could not read pid file" in missing.stderr
+        assert _signal(f"quit={pid_file}").returncode == 0
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

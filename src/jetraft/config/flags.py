@@ -61,6 +61,7 @@ class Overrides:
     pid_file: str | None = None
     log_file: str | None = None
     check_config: bool | None = None
+    signal: str | None = None
 
 
 _TRUE = {"1", "t", "T", "TRUE", "true", "True"}
@@ -110,6 +111,9 @@ _FLAGS: tuple[tuple[tuple[str, ...], str, Any, str], ...] = (
     (("P", "pid"), "pid_file", str, "file to store the process id"),
     (("l", "log"), "log_file", str, "file to store logging output"),
     (("t", "test"), "check_config", "bool", "check the configuration and exit"),
+    (("sl", "signal"), "signal", str,
+     "send a running server a signal and exit: CMD[=PID], CMD one of ldm, stop, quit, term, "
+     "reopen, reload; PID a process id or a pid file"),
 )
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from jetraft.config import ConfigError, ServerConfig, build_config, load_config, parse_args
+from jetraft.server import signal_cmd
 from jetraft.server.core import proto_trace
 from jetraft.server.core.mappings import check_mappings
 from jetraft.server.core.startup import StartError
@@ -87,6 +88,18 @@ async def serve(cfg: ServerConfig, argv: list[str] | None = None) -> int:
         reload(server, load, _setup_logging)
 
     loop.add_signal_handler(signal.SIGHUP, reload_config)
+
+    def reopen_log() -> None:
+        """SIGUSR1, after a log rotation: the log file is opened (created) again."""
+        try:
+            _setup_logging(server.config)
+        except OSError as exc:
+            print(f"jetraft: could not reopen the log file: {exc}", file=sys.stderr)
+            return
+        if server.config.log_file:
+            log.info("File log re-opened")
+
+    loop.add_signal_handler(signal.SIGUSR1, reopen_log)
     try:
         await server.start()
     except StartError as exc:
@@ -118,9 +131,20 @@ def check_config(path: Path | None) -> int:
     return 0
 
 
+def _send_signal(command: str) -> int:
+    try:
+        signal_cmd.send(command)
+    except signal_cmd.SignalError as exc:
+        print(f"jetraft: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     try:
         path, flags = parse_args(argv)
+        if flags.signal:
+            return _send_signal(flags.signal)
         if flags.check_config:
             return check_config(path)
         cfg = build_config(argv)
