@@ -246,7 +246,8 @@ async def test_trace_log_to_a_log_file_with_a_pid_file(tmp_path: Path) -> None:
     assert "hidden" not in log_file.read_text()
     hdr = len(b"NATS/1.0\r\nK: v\r\n\r\n")
     for op in ("<<- [SUB foo q 1]", "<<- [PING]", "->> [PONG]",
-               f"<<- [HPUB foo {hdr} {hdr + 5}]", "<<- [UNSUB 1]"):  # fmt: skip
+               f"<<- [HPUB foo {hdr} {hdr + 5}]", f"->> [HMSG foo 1 {hdr} {hdr + 5}]",
+               "<<- [UNSUB 1]"):  # fmt: skip
         assert op in ops, (op, ops)
     assert ops[ops.index(f"<<- [HPUB foo {hdr} {hdr + 5}]") + 1] == (
         '<<- MSG_PAYLOAD: ["NATS/1.0\\r\\nK: v\\r\\n\\r\\nhello"]'

@@ -487,6 +487,8 @@ class ClientConnection(asyncio.Protocol):
             return False
         if self.perms is not None and not self._deliver_permitted(sub, subject, reply):
             return False
+        if self.trace:
+            proto_trace.delivered(self, subject, sub.sid, reply, hdr, data)
         out = self._out
         if not out and not self._flush_scheduled:
             self._flush_scheduled = True
@@ -523,7 +525,7 @@ class ClientConnection(asyncio.Protocol):
         counters updated once, and a flush where ``deliver`` would flush."""
         if self.closed:
             return 0, 0
-        if self.perms is not None or sub.max_msgs:
+        if self.perms is not None or sub.max_msgs or self.trace:
             return deliver_each(self, sub, answers, first, stop)
         out = self._out
         sid = sub.sid
@@ -566,7 +568,7 @@ class ClientConnection(asyncio.Protocol):
         as ``deliver_answers`` does and a flush where ``deliver`` would flush."""
         if self.closed:
             return 0, 0
-        if self.perms is not None or sub.max_msgs or not self.headers:
+        if self.perms is not None or sub.max_msgs or not self.headers or self.trace:
             return deliver_replies_each(self, sub, subject, items)
         out = self._out
         plain = f"MSG {subject} {sub.sid} "
@@ -631,6 +633,7 @@ class ClientConnection(asyncio.Protocol):
         if (
             self.perms is not None
             or sub.max_msgs
+            or self.trace
             or (not self.headers and max(map(_HDR_LEN, lines[first:stop])) >= 0)
         ):
             return self._deliver_each(sub, batch, first, stop)

@@ -2,9 +2,9 @@
 protocol frame the server answers with, as a TRC line naming the connection, the way
 nats-server's trace shows them (``<<- [SUB foo 1]``, ``->> [PONG]``).
 
-Delivered messages (MSG/HMSG) and INFO are not traced; everything a client sends is. The
+Delivered messages show their MSG/HMSG line (not their payload); INFO is not traced. The
 connection only calls in here when tracing is on, and a traced connection leaves the batched
-publish path, so tracing costs nothing when it is off.
+publish and delivery paths, so tracing costs nothing but a flag test when it is off.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ class Traced(Protocol):
 
     @property
     def cid(self) -> int: ...
+
+    @property
+    def headers(self) -> bool: ...
 
 
 def _who(conn: Traced) -> str:
@@ -64,6 +67,21 @@ def publish(
     body = payload if hdr is None else hdr + payload
     text = json.dumps(body.decode("utf-8", "replace"))
     log.log(TRACE, "%s - <<- MSG_PAYLOAD: [%s]", _who(conn), text)
+
+
+def delivered(
+    conn: Traced, subject: str, sid: str, reply: str | None, hdr: bytes | None, data: bytes
+) -> None:
+    """A message written to the client: its MSG or HMSG line (a client without headers
+    support is sent the payload alone, in a MSG)."""
+    if not conn.headers:
+        hdr = None
+    args = f"{subject} {sid}" if reply is None else f"{subject} {sid} {reply}"
+    if hdr is None:
+        line = f"MSG {args} {len(data)}"
+    else:
+        line = f"HMSG {args} {len(hdr)} {len(hdr) + len(data)}"
+    log.log(TRACE, "%s - ->> [%s]", _who(conn), line)
 
 
 def outgoing(conn: Traced, frame: bytes) -> None:
