@@ -307,6 +307,9 @@ def _to_local(
     conn = sub.conn
     if isinstance(conn, InternalClient):
         return _to_internal(trace, conn, sub, subject, reply, hdr, data)
+    if not hasattr(conn, "cid"):
+        # Another server-side owner (an import's response relay): no connection to report.
+        return conn.deliver(sub, subject, reply, hdr, data)
     client = cast(Sender, conn)
     if conn is skip:
         trace.client_egress(client, sub, NO_ECHO)
@@ -364,6 +367,11 @@ def _forward(
 ) -> None:
     for route, queues in remote.items():
         peer = getattr(route, "peer", None)
+        if peer is None:
+            # Not a route but an owner standing for interest elsewhere on this server (an
+            # account import's forwarder): it passes the message on unchanged, untraced.
+            route.forward(account, subject, reply, hdr, data, queues, None)
+            continue
         hop = trace.route_egress(getattr(route, "rid", 0), getattr(peer, "name", ""))
         route.forward(account, subject, reply, set_header(hdr, TRACE_HOP, hop), data, queues, None)
 
