@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from jetraft.config import ConfigError, ServerConfig, build_config, load_config, parse_args
+from jetraft.server.core.imports import check_imports
 from jetraft.server.core.mappings import check_mappings
 from jetraft.server.core.startup import StartError
 from jetraft.server.server import Server
@@ -84,6 +85,7 @@ def check_config(path: Path | None) -> int:
         return 1
     cfg = load_config(path)
     check_mappings(cfg)
+    check_imports(cfg)
     for warning in cfg.warnings:
         print(f"jetraft: {warning}", file=sys.stderr)
     if cfg.warnings:
@@ -99,6 +101,7 @@ def main(argv: list[str]) -> int:
             return check_config(path)
         cfg = build_config(argv)
         check_mappings(cfg)
+        check_imports(cfg)
     except ConfigError as exc:
         print(f"jetraft: configuration error: {exc}", file=sys.stderr)
         return 1

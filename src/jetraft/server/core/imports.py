@@ -1,0 +1,407 @@
+"""Account imports at run time: stream and service imports of config accounts.
+
+An import is carried by subscribers of its own in the router's sublists, so the routing
+paths need no knowledge of imports:
+
+* A stream import is a ``StreamForwarder`` subscribed in the exporting account on the
+  exported subject; it publishes what it is handed again in the importing account, under the
+  mapped subject, with the reply subject unchanged.
+* A service import is a ``ServiceForwarder`` subscribed in the importing account on the
+  import's local subject; it publishes a request again in the exporting account under the
+  exported subject, with a reply subject of the exporting account (``_R_.<prefix>.<token>``)
+  that a ``ResponseRelay`` (subscribed there on ``_R_.<prefix>.>``) maps back to the
+  requester's reply in the importing account.
+
+Forwarders say ``is_route``: like a route's subscriptions they stand for interest elsewhere,
+so their subscriptions are not advertised to the other servers of a cluster and messages
+that arrive over a route never reach them (the server where a message entered did the
+forwarding, and route interest in the importing account carries the result on). The router
+hands them a message through the route methods (``forward``...), once per message. A
+``ResponseRelay`` is an ordinary subscriber: its interest is advertised, since the responder
+may sit on another server, and responses reach it from routes too.
+
+A runtime hop limit guards against loops the config checks cannot see (an account that
+imports from itself under another subject, say).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from jetraft.config.errors import ConfigError
+from jetraft.config.model import (
+    RESPONSE_SINGLETON,
+    AccountConfig,
+    AccountExport,
+    AccountImport,
+    ServerConfig,
+)
+from jetraft.protocol.client import PubBatch, split_body
+from jetraft.protocol.headers import encode_headers, header_value
+from jetraft.protocol.subjects import is_subset
+from jetraft.protocol.transform import SubjectTransform, TransformError
+from jetraft.server.core.accounts import (
+    Account,
+    Subscription,
+    deliver_each,
+    deliver_replies_each,
+)
+from jetraft.server.core.router import Router
+
+MAX_HOPS = 8  # imports one message may pass through (nats-server stops at a repeated import)
+REPLY_PREFIX = "_R_."
+_DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+_JS_ACK = "$JS.ACK."
+REQUEST_INFO = "Nats-Request-Info"  # pull consumers' acks cross as they are (as nats-server does)
+
+Mapper = Callable[[str], str | None]
+
+
+class _Hops:
+    depth = 0
+
+
+def _identity(subject: str) -> str | None:
+    return subject
+
+
+def import_mapper(src: str, dest: str) -> Mapper:
+    """Subjects matching ``src`` -> ``dest``, the i-th wildcard of ``dest`` taking the token
+    at the i-th wildcard of ``src`` (``>`` the rest). Raises TransformError."""
+    if src == dest:
+        return _identity
+    if all(t not in ("*", ">") for t in src.split(".")):
+        return lambda subject: dest
+    tokens = dest.split(".")
+    n = 0
+    for i, t in enumerate(tokens):
+        if t == "*":
+            n += 1
+            tokens[i] = f"${n}"
+    transform = SubjectTransform.create(src, ".".join(tokens), strict=True)
+    assert transform is not None
+    return transform.match
+
+
+def build_mapper(imp: AccountImport) -> Mapper:
+    """The import's subject mapping; a ConfigError (nats-server's text) when it has none."""
+    src, dest = (imp.local, imp.subject) if imp.service else (imp.subject, imp.local)
+    try:
+        return import_mapper(src, dest)
+    except TransformError as exc:
+        kind = "service" if imp.service else "stream"
+        raise ConfigError(
+            f'Error adding {kind} import "{imp.subject}": failed to create mapping transform '
+            f'for {kind} import subject from "{src}" to "{dest}": {exc}', imp.pos,
+        ) from None
+
+
+def check_imports(cfg: ServerConfig) -> None:
+    """Every import's mapping compiles (the server refuses to start otherwise)."""
+    for acc in cfg.accounts:
+        for imp in acc.imports:
+            build_mapper(imp)
+
+
+class _Forwarder:
+    """What a forwarder shares: a subscriber that is never handed messages as a subscriber
+    (``is_route``), only through the route methods."""
+
+    closed = False
+    is_route = True
+    frames_answers = False
+
+    def __init__(self, router: Router, target: Account, mapper: Mapper) -> None:
+        self.router = router
+        self.target = target
+        self.mapper = mapper
+
+    def forward(
+        self,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        queues: Sequence[str],
+        route_by: str | None,
+    ) -> None:
+        if _Hops.depth >= MAX_HOPS:
+            return
+        _Hops.depth += 1
+        try:
+            self.relay(subject, reply, hdr, data, route_by)
+        finally:
+            _Hops.depth -= 1
+
+    def relay(
+        self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
+    ) -> None:
+        raise NotImplementedError
+
+    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        self.forward_runs(account, batch, first, stop)
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        for line, body in batch.messages(first, stop):
+            hdr, data = split_body(line, body)
+            self.forward(account, line[0], line[1], hdr, data, (), None)
+
+    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
+        for subject, data in zip(subjects, bodies, strict=True):
+            self.forward(account, subject, None, None, data, (), None)
+
+    # As a Subscriber: never called for a route-like owner; nothing delivered.
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        return False
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        return 0
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        return 0, 0
+
+    def deliver_replies(
+        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> tuple[int, int]:
+        return 0, 0
+
+
+class StreamForwarder(_Forwarder):
+    """A stream import: subscribed in the exporting account, publishes in ``target``."""
+
+    def relay(
+        self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
+    ) -> None:
+        if route_by is None:
+            mapped = self.mapper(subject)
+            if mapped is not None:
+                self.router.route_message(None, self.target, mapped, reply, hdr, data)
+        else:
+            # JetStream push delivery: routed by the deliver subject, shown with its own.
+            mapped = self.mapper(route_by)
+            if mapped is not None:
+                self.router.route_message(None, self.target, subject, reply, hdr, data, mapped)
+
+
+class ServiceForwarder(_Forwarder):
+    """A service import: subscribed in the importing account ``home`` on the local subject,
+    publishes requests in ``target`` (the exporting account) with a reply of its own."""
+
+    def __init__(
+        self,
+        router: Router,
+        home: Account,
+        target: Account,
+        mapper: Mapper,
+        responses: ResponseRelay,
+        export: AccountExport,
+    ) -> None:
+        super().__init__(router, target, mapper)
+        self.home = home
+        self.responses = responses
+        self.singleton = export.response_type == RESPONSE_SINGLETON
+        self.threshold_ns = export.response_threshold_ns
+        info = json.dumps({"acc": home.name}, separators=(",", ":"))
+        self._info_block = encode_headers({REQUEST_INFO: info})
+        self._info_line = f"{REQUEST_INFO}: {info}\r\n".encode()
+
+    def relay(
+        self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
+    ) -> None:
+        to = self.mapper(subject)
+        if to is None:
+            return
+        router = self.router
+        hdr = self._with_info(hdr)
+        if reply is None or reply.startswith(_JS_ACK):
+            router.route_message(None, self.target, to, reply, hdr, data)
+            return
+        mapped_reply = self.responses.track(self.home, reply, self.singleton, self.threshold_ns)
+        if not router.route_message(None, self.target, to, mapped_reply, hdr, data):
+            self.responses.drop(mapped_reply)
+            self._no_responders(subject, reply)
+
+    def _with_info(self, hdr: bytes | None) -> bytes:
+        """The request with nats-server's ``Nats-Request-Info`` header naming the requester's
+        account (a header already there, from an earlier import, stays as it is). nats-server
+        also gives the requester's round-trip time, which the forwarder does not know."""
+        if hdr is None:
+            return self._info_block
+        if header_value(hdr, REQUEST_INFO) is not None:
+            return hdr
+        return hdr[:-2] + self._info_line + b"\r\n"
+
+    def _no_responders(self, subject: str, reply: str) -> None:
+        """Nobody in the exporting account took the request: the requester gets the 503
+        notice it asked for, unless someone in its own account took the request."""
+        home = self.home.sublist
+        match = home.match(subject)
+        if match.queues or any(not isinstance(s.conn, _Forwarder) for s in match.plain):
+            return
+        for sub in home.match(reply).plain:
+            conn = sub.conn
+            if not conn.is_route and getattr(conn, "no_responders", False) is True:
+                hdr = encode_headers({"Nats-Subject": subject}, status=503)
+                conn.deliver(sub, reply, None, hdr, b"")
+                return
+
+
+@dataclass(slots=True)
+class _Pending:
+    account: Account
+    reply: str
+    singleton: bool
+    threshold_ns: int
+    deadline_ns: int
+
+
+class ResponseRelay:
+    """The responses of one exporting account to requests that came through service imports
+    on this server: ``_R_.<prefix>.<token>`` -> the requester's reply in its own account.
+
+    A Singleton mapping ends with the first response; a Stream or Chunked one lasts until the
+    export's threshold passes without a response (or an empty message ends it). Any mapping
+    ends when its threshold passes without a response; expired ones are swept as new
+    requests come, and a late response finds none."""
+
+    closed = False
+    is_route = False
+    frames_answers = False
+
+    def __init__(
+        self,
+        router: Router,
+        account: Account,
+        clock: Callable[[], int] = time.monotonic_ns,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.router = router
+        self.account = account
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self.prefix = f"{REPLY_PREFIX}{self._token()}."
+        self.pending: dict[str, _Pending] = {}
+        self.sub = Subscription(self, self.prefix + ">", None, "1")
+        router.add_subscription(account, self.sub)
+
+    def _token(self) -> str:
+        return "".join(self._rng.choice(_DIGITS) for _ in range(6))
+
+    def track(self, account: Account, reply: str, singleton: bool, threshold_ns: int) -> str:
+        now = self._clock()
+        self._sweep(now)
+        pending = self.pending
+        subject = self.prefix + self._token()
+        while subject in pending:
+            subject = self.prefix + self._token()
+        pending[subject] = _Pending(account, reply, singleton, threshold_ns, now + threshold_ns)
+        return subject
+
+    def drop(self, subject: str) -> None:
+        self.pending.pop(subject, None)
+
+    def _sweep(self, now: int) -> None:
+        pending = self.pending
+        while pending:
+            first = next(iter(pending))
+            if pending[first].deadline_ns > now:
+                return
+            del pending[first]
+
+    def deliver(
+        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        p = self.pending.get(subject)
+        if p is None:
+            return False
+        now = self._clock()
+        if now >= p.deadline_ns:
+            del self.pending[subject]
+            return False
+        if p.singleton or (not data and hdr is None):
+            del self.pending[subject]
+        else:  # a stream of responses: the threshold counts from the latest one
+            p.deadline_ns = now + p.threshold_ns
+            self.pending[subject] = self.pending.pop(subject)
+        if _Hops.depth >= MAX_HOPS:
+            return False
+        _Hops.depth += 1
+        try:
+            got = self.router.route_message(None, p.account, p.reply, reply, hdr, data)
+        finally:
+            _Hops.depth -= 1
+        if not got:
+            self.pending.pop(subject, None)
+        return True
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        got = 0
+        for line, body in batch.messages(first, stop):
+            hdr, data = split_body(line, body)
+            if self.deliver(sub, line[0], line[1], hdr, data):
+                got += 1
+        return got
+
+    def deliver_answers(
+        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
+    ) -> tuple[int, int]:
+        return deliver_each(self, sub, answers, first, stop)
+
+    def deliver_replies(
+        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
+    ) -> tuple[int, int]:
+        return deliver_replies_each(self, sub, subject, items)
+
+
+def _export_for(exporter: AccountConfig, imp: AccountImport) -> AccountExport:
+    """The service export an import goes through (its response type and threshold)."""
+    services = [e for e in exporter.exports if e.service]
+    for e in services:
+        if e.subject == imp.subject:
+            return e
+    for e in services:
+        if is_subset(imp.subject, e.subject):
+            return e
+    return AccountExport(True, imp.subject)
+
+
+def install_imports(
+    router: Router,
+    accounts: Mapping[str, Account],
+    configs: Sequence[AccountConfig],
+    clock: Callable[[], int] = time.monotonic_ns,
+    rng: random.Random | None = None,
+) -> dict[str, ResponseRelay]:
+    """Subscribe the forwarders of every import; returns the response relays by exporting
+    account (created for accounts that export a service someone imports)."""
+    by_name = {c.name: c for c in configs}
+    relays: dict[str, ResponseRelay] = {}
+    for cfg in configs:
+        home = accounts[cfg.name]
+        for n, imp in enumerate(cfg.imports):
+            exporter = accounts[imp.account]
+            mapper = build_mapper(imp)
+            if imp.service:
+                relay = relays.get(imp.account)
+                if relay is None:
+                    relay = relays[imp.account] = ResponseRelay(router, exporter, clock, rng)
+                export = _export_for(by_name[imp.account], imp)
+                fwd: _Forwarder = ServiceForwarder(router, home, exporter, mapper, relay, export)
+                router.add_subscription(home, Subscription(fwd, imp.local, None, str(n)))
+            else:
+                fwd = StreamForwarder(router, home, mapper)
+                router.add_subscription(exporter, Subscription(fwd, imp.subject, None, str(n)))
+    return relays
