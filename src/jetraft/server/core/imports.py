@@ -183,7 +183,7 @@ class StreamForwarder(_Forwarder):
     def relay(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
     ) -> None:
-        if route_by is None:
+        if route_by is None or route_by == subject:
             mapped = self.mapper(subject)
             if mapped is not None:
                 self.router.route_message(None, self.target, mapped, reply, hdr, data)
