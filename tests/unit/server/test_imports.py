@@ -302,3 +302,56 @@ def test_acks_and_plain_publishes_cross_without_a_mapping(reply: str | None) -> 
     w.pub("B", "local.svc.x", reply=reply)
     assert responder.got[0][1] == reply
     assert w.relays["A"].pending == {}
+
+
+class Asking(Publisher):
+    """A publisher that asked for no-responders notices."""
+
+    def __init__(self, account: Account) -> None:
+        super().__init__(account)
+        self.no_responders = True
+        self.frames: list[bytes] = []
+
+    def enqueue(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+
+def test_stream_import_listens_only_while_the_importer_does() -> None:
+    """As nats-server's import subscriptions: a request in the exporting account on an
+    exported subject nobody in the importer listens to hears no-responders."""
+    w = World()
+    acc = w.accounts["A"]
+    asking = Asking(acc)
+    w.sub("A", "_INBOX.a.*", asking)
+    assert w.router.route_message(asking, acc, "a.q", "_INBOX.a.1", None, b"") == 0
+    assert len(asking.frames) == 1 and b"503" in asking.frames[0]
+    b = Sink()
+    sub = Subscription(b, "p.a.*", None, "9")
+    w.router.add_subscription(w.accounts["B"], sub)
+    assert w.router.route_message(asking, acc, "a.q", "_INBOX.a.2", None, b"") == 1
+    assert b.got == [("p.a.q", "_INBOX.a.2", None, b"")]
+    w.router.remove_subscription(w.accounts["B"], sub)
+    assert not acc.sublist.match("a.q").plain
+    w.sub("B", "p.other")  # cannot take anything the import forwards
+    assert not acc.sublist.match("a.q").plain
+
+
+def test_route_interest_in_the_importer_counts() -> None:
+    """In a cluster the importer's subscriber may be on another server."""
+    w = World()
+    route = Sink()
+    route.is_route = True  # type: ignore[misc]
+    w.router.add_subscription(w.accounts["B"], Subscription(route, "p.>", None, "r"))
+    assert w.accounts["A"].sublist.match("a.q").plain
+
+
+def test_chained_stream_imports() -> None:
+    conf = """accounts {
+      A { exports [{stream: "a.>"}] }
+      B { exports [{stream: "p.>"}], imports [{stream: {account: A, subject: "a.>"}, prefix: "p"}] }
+      C { imports [{stream: {account: B, subject: "p.>"}, prefix: "c"}] }
+    }"""
+    w = World(conf)
+    c = w.sub("C", "c.>")
+    w.pub("A", "a.x", b"1")
+    assert c.got == [("c.p.a.x", None, None, b"1")]

@@ -4,8 +4,9 @@ An import is carried by subscribers of its own in the router's sublists, so the 
 paths need no knowledge of imports:
 
 * A stream import is a ``StreamForwarder`` subscribed in the exporting account on the
-  exported subject; it publishes what it is handed again in the importing account, under the
-  mapped subject, with the reply subject unchanged.
+  exported subject while the importing account has interest in what it would forward; it
+  publishes what it is handed again in the importing account, under the mapped subject,
+  with the reply subject unchanged.
 * A service import is a ``ServiceForwarder`` subscribed in the importing account on the
   import's local subject; it publishes a request again in the exporting account under the
   exported subject, with a reply subject of the exporting account (``_R_.<prefix>.<token>``)
@@ -42,7 +43,7 @@ from jetraft.config.model import (
 )
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.headers import encode_headers, header_value
-from jetraft.protocol.subjects import is_subset
+from jetraft.protocol.subjects import filters_overlap, is_subset
 from jetraft.protocol.transform import SubjectTransform, TransformError
 from jetraft.server.core.accounts import (
     Account,
@@ -178,7 +179,42 @@ class _Forwarder:
 
 
 class StreamForwarder(_Forwarder):
-    """A stream import: subscribed in the exporting account, publishes in ``target``."""
+    """A stream import: publishes in ``target`` what it takes in ``source``, where it is
+    subscribed while ``target`` has interest that could take it (a subscription of a client,
+    of a component or of a route, whose subject could meet the import's local subject), as
+    nats-server's import subscriptions come and go with the importer's subscribers: without
+    a listener in the importing account, a request in the exporting one hears no-responders
+    and a push consumer delivering there has no interest."""
+
+    def __init__(
+        self,
+        router: Router,
+        source: Account,
+        target: Account,
+        mapper: Mapper,
+        imp: AccountImport,
+        sid: str,
+    ) -> None:
+        super().__init__(router, target, mapper)
+        self.source = source
+        self.local = imp.local
+        self.sub = Subscription(self, imp.subject, None, sid)
+        self.interest = 0  # subscriptions in ``target`` that could take what it forwards
+        self.subscribed = False
+
+    def interest_changed(self, sub: Subscription, added: bool) -> None:
+        conn = sub.conn
+        if conn is self or isinstance(conn, ServiceForwarder):
+            return
+        if not filters_overlap(sub.subject, self.local):
+            return
+        self.interest += 1 if added else -1
+        if self.interest > 0 and not self.subscribed:
+            self.subscribed = True
+            self.router.add_subscription(self.source, self.sub)
+        elif self.interest <= 0 and self.subscribed:
+            self.subscribed = False
+            self.router.remove_subscription(self.source, self.sub)
 
     def relay(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
@@ -385,10 +421,12 @@ def install_imports(
     clock: Callable[[], int] = time.monotonic_ns,
     rng: random.Random | None = None,
 ) -> dict[str, ResponseRelay]:
-    """Subscribe the forwarders of every import; returns the response relays by exporting
+    """Subscribe the forwarders of every import (a stream import's once its importer has
+    interest: call this before anyone subscribes); returns the response relays by exporting
     account (created for accounts that export a service someone imports)."""
     by_name = {c.name: c for c in configs}
     relays: dict[str, ResponseRelay] = {}
+    watcher = _ImportWatcher()
     for cfg in configs:
         home = accounts[cfg.name]
         for n, imp in enumerate(cfg.imports):
@@ -402,6 +440,22 @@ def install_imports(
                 fwd: _Forwarder = ServiceForwarder(router, home, exporter, mapper, relay, export)
                 router.add_subscription(home, Subscription(fwd, imp.local, None, str(n)))
             else:
-                fwd = StreamForwarder(router, home, mapper)
-                router.add_subscription(exporter, Subscription(fwd, imp.subject, None, str(n)))
+                stream = StreamForwarder(router, exporter, home, mapper, imp, str(n))
+                watcher.by_account.setdefault(home, []).append(stream)
+    if watcher.by_account:
+        assert router.watcher is None
+        router.watcher = watcher
     return relays
+
+
+class _ImportWatcher:
+    """Hands changes of interest in importing accounts to their stream imports."""
+
+    def __init__(self) -> None:
+        self.by_account: dict[Account, list[StreamForwarder]] = {}
+
+    def local_interest(self, account: Account, sub: Subscription, added: bool) -> None:
+        imports = self.by_account.get(account)
+        if imports is not None:
+            for stream in imports:
+                stream.interest_changed(sub, added)
