@@ -85,7 +85,24 @@ def import_mapper(src: str, dest: str) -> Mapper:
             tokens[i] = f"${n}"
     transform = SubjectTransform.create(src, ".".join(tokens), strict=True)
     assert transform is not None
-    return transform.match
+    stoks = src.split(".")
+
+    def mapped(subject: str) -> str | None:
+        # Matched here, not by ``transform.match``: a published subject may hold a token
+        # that reads as a wildcard (nats-py's CONSUMER.CREATE.<stream>.<name>.<filter>).
+        toks = subject.split(".")
+        return transform.apply(toks) if _tokens_match(stoks, toks) else None
+
+    return mapped
+
+
+def _tokens_match(pattern: list[str], toks: list[str]) -> bool:
+    for i, p in enumerate(pattern):
+        if p == ">":
+            return len(toks) > i
+        if i >= len(toks) or (p != "*" and p != toks[i]):
+            return False
+    return len(toks) == len(pattern)
 
 
 def build_mapper(imp: AccountImport) -> Mapper:
@@ -330,6 +347,11 @@ class ResponseRelay:
         self.pending: dict[str, _Pending] = {}
         self.sub = Subscription(self, self.prefix + ">", None, "1")
         router.add_subscription(account, self.sub)
+        # Messages routed by the reply but shown with another subject (a JetStream pull
+        # consumer's deliveries: the stored subject) reach an owner's ``deliver`` without
+        # the reply; a route-like owner gets them through ``forward``, which has it.
+        self.by_route = _RoutedResponses(self)
+        router.add_subscription(account, Subscription(self.by_route, self.prefix + ">", None, "2"))
 
     def _token(self) -> str:
         return "".join(self._rng.choice(_DIGITS) for _ in range(6))
@@ -358,27 +380,39 @@ class ResponseRelay:
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:
-        p = self.pending.get(subject)
+        return self._respond(subject, None, reply, hdr, data)
+
+    def _respond(
+        self, key: str, shown: str | None, reply: str | None, hdr: bytes | None, data: bytes
+    ) -> bool:
+        """Deliver a response to the mapping ``key`` to the requester: on its reply subject,
+        or routed by it and shown as ``shown``."""
+        p = self.pending.get(key)
         if p is None:
             return False
         now = self._clock()
         if now >= p.deadline_ns:
-            del self.pending[subject]
+            del self.pending[key]
             return False
         if p.singleton or (not data and hdr is None):
-            del self.pending[subject]
+            del self.pending[key]
         else:  # a stream of responses: the threshold counts from the latest one
             p.deadline_ns = now + p.threshold_ns
-            self.pending[subject] = self.pending.pop(subject)
+            self.pending[key] = self.pending.pop(key)
         if _Hops.depth >= MAX_HOPS:
             return False
         _Hops.depth += 1
         try:
-            got = self.router.route_message(None, p.account, p.reply, reply, hdr, data)
+            if shown is None:
+                got = self.router.route_message(None, p.account, p.reply, reply, hdr, data)
+            else:
+                got = self.router.route_message(
+                    None, p.account, shown, reply, hdr, data, p.reply
+                )
         finally:
             _Hops.depth -= 1
         if not got:
-            self.pending.pop(subject, None)
+            self.pending.pop(key, None)
         return True
 
     def deliver_run(
@@ -400,6 +434,35 @@ class ResponseRelay:
         self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
     ) -> tuple[int, int]:
         return deliver_replies_each(self, sub, subject, items)
+
+
+class _RoutedResponses(_Forwarder):
+    """The ``ResponseRelay``'s second owner: the responses routed by a mapped reply subject
+    and shown with another subject, which only a route-like owner learns. Those that arrive
+    from another server are not seen (the route path hands over no routing subject)."""
+
+    def __init__(self, relay: ResponseRelay) -> None:
+        super().__init__(relay.router, relay.account, _identity)
+        self.responses = relay
+
+    def forward(
+        self,
+        account: Account,
+        subject: str,
+        reply: str | None,
+        hdr: bytes | None,
+        data: bytes,
+        queues: Sequence[str],
+        route_by: str | None,
+    ) -> None:
+        if route_by is not None and route_by != subject:
+            self.responses._respond(route_by, subject, reply, hdr, data)
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        pass  # client publishes: routed by their own subjects, which the relay saw
+
+    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
+        pass  # as above
 
 
 def _export_for(exporter: AccountConfig, imp: AccountImport) -> AccountExport:
