@@ -11,6 +11,7 @@ import pytest
 
 from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import wait_until
+from tests.integration.jetstream.test_js_imports import ACCOUNTS as JS_IMPORTS
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -107,3 +108,33 @@ async def test_imports_across_three_servers(make_cluster: ClusterFactory) -> Non
 
     for nc in (a1, b2, b3, a3):
         await nc.close()
+
+
+JS_ACCOUNTS = JS_IMPORTS.replace(
+    "accounts {", "accounts {\n  $SYS { users [{user: sys, password: sys}] }", 1
+)
+
+
+async def test_jetstream_through_imports_on_every_server(make_cluster: ClusterFactory) -> None:
+    """Account B uses A's JetStream through imports from each server of a JetStream cluster:
+    the API answers, PubAcks and pull deliveries (shown with the stored subject, routed by
+    the mapped reply) find the requester wherever the stream's and consumer's leaders are."""
+    cl = make_cluster(3, extra=lambda i: JS_ACCOUNTS)
+    await cl.start()
+    await cl.wait_jetstream()
+    got = []
+    for node in cl.nodes:
+        b = await cl.connect(node, user="b", password="b")
+        try:
+            js = b.jetstream(prefix="JS.A.API")
+            name = node.name.replace("-", "_")
+            await wait_until(lambda js=js, name=name: js.add_stream(
+                name=name, subjects=[f"orders.{name}.>"], num_replicas=3), 30, "stream create")
+            ack = await js.publish(f"orders.{name}.x", b"1")
+            psub = await js.pull_subscribe(f"orders.{name}.>", durable="D", stream=name)
+            msgs = await psub.fetch(1, timeout=10)
+            await msgs[0].ack_sync()
+            got.append((ack.seq, [(m.subject, m.data) for m in msgs]))
+        finally:
+            await b.close()
+    assert got == [(1, [(f"orders.{n.name.replace('-', '_')}.x", b"1")]) for n in cl.nodes]

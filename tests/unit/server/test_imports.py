@@ -355,3 +355,34 @@ def test_chained_stream_imports() -> None:
     c = w.sub("C", "c.>")
     w.pub("A", "a.x", b"1")
     assert c.got == [("c.p.a.x", None, None, b"1")]
+
+
+JS_CONF = """accounts {
+  A { exports [{service: "$JS.API.>", response_type: stream}] }
+  B { imports [{service: {account: A, subject: "$JS.API.>"}, to: "JS.A.API.>"}] }
+}"""
+
+
+def test_pull_deliveries_shown_with_their_stored_subject() -> None:
+    """A pull request's mapping has a subscription of its own: the consumer routes by the
+    mapped reply and shows the stored subject, here or from the leader's server."""
+    w = World(JS_CONF)
+    consumer = w.sub("A", "$JS.API.CONSUMER.MSG.NEXT.S.C")
+    inbox = w.sub("B", "_INBOX.p.*")
+    w.pub("B", "JS.A.API.CONSUMER.MSG.NEXT.S.C", b'{"batch":3}', reply="_INBOX.p.1")
+    (subject, key, _, _) = consumer.got[0]
+    assert subject == "$JS.API.CONSUMER.MSG.NEXT.S.C" and key is not None
+    assert ("A", key, True) in w.listener.announced  # the leader may be another server
+    acc = w.accounts["A"]
+    w.router.route_deliveries(acc, key, [("orders.1", "$JS.ACK.S.C.1.1.1.0.0", None, b"m1")])
+    w.router.deliver_from_route(acc, "orders.2", "$JS.ACK.S.C.1.2.2.0.0", None, b"m2", (), key)
+    w.router.route_message(None, acc, key, None, b"NATS/1.0 408 Request Timeout\r\n\r\n", b"")
+    assert [(s, r, d) for s, r, _, d in inbox.got] == [
+        ("orders.1", "$JS.ACK.S.C.1.1.1.0.0", b"m1"),
+        ("orders.2", "$JS.ACK.S.C.1.2.2.0.0", b"m2"),
+        ("_INBOX.p.1", None, b""),  # a status sent to the mapped reply: once
+    ]
+    w.clock.now_ns += 120_000_000_000
+    w.router.route_message(None, acc, key, None, None, b"late")
+    assert ("A", key, False) in w.listener.announced
+    assert w.relays["A"].pending == {}

@@ -56,8 +56,9 @@ from jetraft.server.core.router import Router
 MAX_HOPS = 8  # imports one message may pass through (nats-server stops at a repeated import)
 REPLY_PREFIX = "_R_."
 _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-_JS_ACK = "$JS.ACK."
-REQUEST_INFO = "Nats-Request-Info"  # pull consumers' acks cross as they are (as nats-server does)
+_JS_ACK = "$JS.ACK."  # pull consumers' acks cross as they are (as nats-server does)
+_JS_PULL = "$JS.API.CONSUMER.MSG.NEXT."  # pull requests: their deliveries show another subject
+REQUEST_INFO = "Nats-Request-Info"
 
 Mapper = Callable[[str], str | None]
 
@@ -280,7 +281,9 @@ class ServiceForwarder(_Forwarder):
         if reply is None or reply.startswith(_JS_ACK):
             router.route_message(None, self.target, to, reply, hdr, data)
             return
-        mapped_reply = self.responses.track(self.home, reply, self.singleton, self.threshold_ns)
+        mapped_reply = self.responses.track(
+            self.home, reply, self.singleton, self.threshold_ns, to.startswith(_JS_PULL)
+        )
         if not router.route_message(None, self.target, to, mapped_reply, hdr, data):
             self.responses.drop(mapped_reply)
             self._no_responders(subject, reply)
@@ -317,6 +320,7 @@ class _Pending:
     singleton: bool
     threshold_ns: int
     deadline_ns: int
+    sub: Subscription | None = None  # the mapping's own subscription, when it has one
 
 
 class ResponseRelay:
@@ -326,7 +330,13 @@ class ResponseRelay:
     A Singleton mapping ends with the first response; a Stream or Chunked one lasts until the
     export's threshold passes without a response (or an empty message ends it). Any mapping
     ends when its threshold passes without a response; expired ones are swept as new
-    requests come, and a late response finds none."""
+    requests come, and a late response finds none.
+
+    One wildcard subscription takes the responses sent to their mapped reply subject. A
+    JetStream pull request's mapping gets a subscription of its own as well: the consumer
+    routes its deliveries by the reply but shows them with the stored subject, and a
+    subscriber's ``deliver`` is given the shown subject only (here, and when they come over
+    a route from the consumer's leader); the subscription says which mapping they are for."""
 
     closed = False
     is_route = False
@@ -345,29 +355,34 @@ class ResponseRelay:
         self._rng = rng or random.Random()
         self.prefix = f"{REPLY_PREFIX}{self._token()}."
         self.pending: dict[str, _Pending] = {}
-        self.sub = Subscription(self, self.prefix + ">", None, "1")
+        self.sub = Subscription(self, self.prefix + ">", None, "*")
         router.add_subscription(account, self.sub)
-        # Messages routed by the reply but shown with another subject (a JetStream pull
-        # consumer's deliveries: the stored subject) reach an owner's ``deliver`` without
-        # the reply; a route-like owner gets them through ``forward``, which has it.
-        self.by_route = _RoutedResponses(self)
-        router.add_subscription(account, Subscription(self.by_route, self.prefix + ">", None, "2"))
 
     def _token(self) -> str:
         return "".join(self._rng.choice(_DIGITS) for _ in range(6))
 
-    def track(self, account: Account, reply: str, singleton: bool, threshold_ns: int) -> str:
+    def track(
+        self, account: Account, reply: str, singleton: bool, threshold_ns: int, own: bool = False
+    ) -> str:
+        """A new mapping to ``reply`` in ``account``; ``own``: with a subscription of its own
+        (responses routed by the mapped subject but shown with another)."""
         now = self._clock()
         self._sweep(now)
         pending = self.pending
         subject = self.prefix + self._token()
         while subject in pending:
             subject = self.prefix + self._token()
-        pending[subject] = _Pending(account, reply, singleton, threshold_ns, now + threshold_ns)
+        p = _Pending(account, reply, singleton, threshold_ns, now + threshold_ns)
+        pending[subject] = p
+        if own:
+            p.sub = Subscription(self, subject, None, subject)
+            self.router.add_subscription(self.account, p.sub)
         return subject
 
     def drop(self, subject: str) -> None:
-        self.pending.pop(subject, None)
+        p = self.pending.pop(subject, None)
+        if p is not None and p.sub is not None:
+            self.router.remove_subscription(self.account, p.sub)
 
     def _sweep(self, now: int) -> None:
         pending = self.pending
@@ -375,12 +390,18 @@ class ResponseRelay:
             first = next(iter(pending))
             if pending[first].deadline_ns > now:
                 return
-            del pending[first]
+            self.drop(first)
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
     ) -> bool:
-        return self._respond(subject, None, reply, hdr, data)
+        if sub is self.sub:
+            p = self.pending.get(subject)
+            if p is None or p.sub is not None:  # one with its own subscription takes it there
+                return False
+            return self._respond(subject, None, reply, hdr, data)
+        key = sub.subject
+        return self._respond(key, None if subject == key else subject, reply, hdr, data)
 
     def _respond(
         self, key: str, shown: str | None, reply: str | None, hdr: bytes | None, data: bytes
@@ -392,10 +413,10 @@ class ResponseRelay:
             return False
         now = self._clock()
         if now >= p.deadline_ns:
-            del self.pending[key]
+            self.drop(key)
             return False
         if p.singleton or (not data and hdr is None):
-            del self.pending[key]
+            self.drop(key)
         else:  # a stream of responses: the threshold counts from the latest one
             p.deadline_ns = now + p.threshold_ns
             self.pending[key] = self.pending.pop(key)
@@ -412,7 +433,7 @@ class ResponseRelay:
         finally:
             _Hops.depth -= 1
         if not got:
-            self.pending.pop(key, None)
+            self.drop(key)
         return True
 
     def deliver_run(
@@ -434,35 +455,6 @@ class ResponseRelay:
         self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
     ) -> tuple[int, int]:
         return deliver_replies_each(self, sub, subject, items)
-
-
-class _RoutedResponses(_Forwarder):
-    """The ``ResponseRelay``'s second owner: the responses routed by a mapped reply subject
-    and shown with another subject, which only a route-like owner learns. Those that arrive
-    from another server are not seen (the route path hands over no routing subject)."""
-
-    def __init__(self, relay: ResponseRelay) -> None:
-        super().__init__(relay.router, relay.account, _identity)
-        self.responses = relay
-
-    def forward(
-        self,
-        account: Account,
-        subject: str,
-        reply: str | None,
-        hdr: bytes | None,
-        data: bytes,
-        queues: Sequence[str],
-        route_by: str | None,
-    ) -> None:
-        if route_by is not None and route_by != subject:
-            self.responses._respond(route_by, subject, reply, hdr, data)
-
-    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        pass  # client publishes: routed by their own subjects, which the relay saw
-
-    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
-        pass  # as above
 
 
 def _export_for(exporter: AccountConfig, imp: AccountImport) -> AccountExport:
