@@ -386,3 +386,35 @@ def test_pull_deliveries_shown_with_their_stored_subject() -> None:
     w.router.route_message(None, acc, key, None, None, b"late")
     assert ("A", key, False) in w.listener.announced
     assert w.relays["A"].pending == {}
+
+
+class RunSink(Sink):
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[int] = []
+
+    def deliver_run(
+        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
+    ) -> int:
+        self.runs.append(msgs)
+        return super().deliver_run(sub, batch, first, stop, msgs, size)
+
+
+def test_a_batch_crosses_a_stream_import_in_one_piece() -> None:
+    """Client publishes reach the importer's subscriber as the publisher's batch would reach
+    a subscriber of its own account (here: runs on subjects of one stem, in one call), not
+    one message at a time."""
+    w = World()
+    b = RunSink()
+    w.sub("B", "p.>", b)
+    acc = w.accounts["A"]
+    subject = "a.run"
+    line = (subject, None, 1, -1, b" 1\r\n")
+    batch = PubBatch([line, ("a.other", "r", 1, -1, b" r 1\r\n")], [0, 3, 4],
+                     [b"1", b"2", b"3", b"4"])
+    w.router.route_pubs(Publisher(acc), acc, batch)
+    assert b.runs == [4]
+    assert [(s, r, d) for s, r, _, d in b.got] == [
+        ("p.a.run", None, b"1"), ("p.a.run", None, b"2"), ("p.a.run", None, b"3"),
+        ("p.a.other", "r", b"4"),
+    ]

@@ -41,7 +41,7 @@ from jetraft.config.model import (
     AccountImport,
     ServerConfig,
 )
-from jetraft.protocol.client import PubBatch, split_body
+from jetraft.protocol.client import PubBatch, PubLine, split_body
 from jetraft.protocol.headers import encode_headers, header_value
 from jetraft.protocol.subjects import filters_overlap, is_subset
 from jetraft.protocol.transform import SubjectTransform, TransformError
@@ -59,6 +59,7 @@ _DIGITS = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 _JS_ACK = "$JS.ACK."  # pull consumers' acks cross as they are (as nats-server does)
 _JS_PULL = "$JS.API.CONSUMER.MSG.NEXT."  # pull requests: their deliveries show another subject
 REQUEST_INFO = "Nats-Request-Info"
+_MAPPED_CACHE = 1024  # mapped subjects a stream import remembers
 
 Mapper = Callable[[str], str | None]
 
@@ -196,6 +197,21 @@ class _Forwarder:
         return 0, 0
 
 
+class _ImportPublisher:
+    """The sender of publishes a stream import passes on: it never misses its own messages
+    (it has none) and asks for no notices."""
+
+    closed = False
+    echo = True
+    no_responders = False
+
+    def __init__(self, account: Account) -> None:
+        self.account = account
+
+    def enqueue(self, frame: bytes) -> None:
+        pass  # asks for nothing, so is sent nothing
+
+
 class StreamForwarder(_Forwarder):
     """A stream import: publishes in ``target`` what it takes in ``source``, where it is
     subscribed while ``target`` has interest that could take it (a subscription of a client,
@@ -219,6 +235,8 @@ class StreamForwarder(_Forwarder):
         self.sub = Subscription(self, imp.subject, None, sid)
         self.interest = 0  # subscriptions in ``target`` that could take what it forwards
         self.subscribed = False
+        self._mapped: dict[str, str] = {}
+        self._publisher = _ImportPublisher(target)
 
     def interest_changed(self, sub: Subscription, added: bool) -> None:
         conn = sub.conn
@@ -234,18 +252,58 @@ class StreamForwarder(_Forwarder):
             self.subscribed = False
             self.router.remove_subscription(self.source, self.sub)
 
+    def _map(self, subject: str) -> str | None:
+        """The mapped subject, remembered: a run of publishes shares its subject object, and
+        equal mapped subjects must be one object for the router to group them."""
+        mapped = self._mapped.get(subject)
+        if mapped is None:
+            mapped = self.mapper(subject)
+            if mapped is None:
+                return None
+            if len(self._mapped) >= _MAPPED_CACHE:
+                self._mapped.clear()
+            self._mapped[subject] = mapped
+        return mapped
+
     def relay(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
     ) -> None:
         if route_by is None or route_by == subject:
-            mapped = self.mapper(subject)
+            mapped = self._map(subject)
             if mapped is not None:
                 self.router.route_message(None, self.target, mapped, reply, hdr, data)
         else:
             # JetStream push delivery: routed by the deliver subject, shown with its own.
-            mapped = self.mapper(route_by)
+            mapped = self._map(route_by)
             if mapped is not None:
                 self.router.route_message(None, self.target, subject, reply, hdr, data, mapped)
+
+    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
+        """Client publishes: the runs again, under their mapped subjects, as one batch in the
+        target account (its subscribers take each run in one piece, as the publisher's)."""
+        lines, starts = batch.lines, batch.starts
+        base = starts[first]
+        mapped_lines: list[PubLine] = []
+        mapped_starts = [0]
+        for r in range(first, stop):
+            line = lines[r]
+            mapped = self._map(line[0])
+            if mapped is None:  # cannot be for a subject this subscription matched; be safe
+                super().forward_runs(account, batch, first, stop)
+                return
+            mapped_lines.append((mapped, line[1], line[2], line[3], line[4]))
+            mapped_starts.append(starts[r + 1] - base)
+        if _Hops.depth >= MAX_HOPS:
+            return
+        _Hops.depth += 1
+        try:
+            self.router.route_pubs(
+                self._publisher,
+                self.target,
+                PubBatch(mapped_lines, mapped_starts, batch.bodies[base : starts[stop]]),
+            )
+        finally:
+            _Hops.depth -= 1
 
 
 class ServiceForwarder(_Forwarder):
