@@ -4,9 +4,11 @@ response type, no-responders) and the texts of config errors."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -188,3 +190,38 @@ def test_config_errors_as_nats_server(tmp_path: Path, accounts: str) -> None:
         check_imports(parse_config(text, str(path), env={}))
     assert info.value.message == theirs
     assert info.value.pos is not None
+
+
+def _accountz(port: int, account: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/accountz?acc={account}", timeout=5) as r:
+        detail: dict[str, Any] = json.load(r)["account_detail"]
+    # nats-server also imports its system services into every account; jetraft has none.
+    imports = [i for i in detail.get("imports", []) if i["account"] != "$SYS"]
+    return {"exports": detail.get("exports"), "imports": imports}
+
+
+def _unordered(detail: dict[str, Any]) -> dict[str, Any]:
+    """nats-server lists from Go maps: in no fixed order."""
+    return {k: sorted(v, key=json.dumps) if v else v for k, v in detail.items()}
+
+
+async def test_accountz_lists_exports_and_imports(
+    tmp_path: Path, make_server: ServerFactory
+) -> None:
+    port, http = _free_port(), _free_port()
+    conf = tmp_path / "accountz.conf"
+    conf.write_text(f"listen: 127.0.0.1:{port}\nhttp: 127.0.0.1:{http}\n{CONF}")
+    proc = subprocess.Popen([nats_server_binary(), "-c", str(conf)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        await _wait_port(http)
+        theirs = [await asyncio.to_thread(_accountz, http, name) for name in ("A", "B")]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    server = await make_server(CONF, http=True)
+    assert server.monitor is not None
+    ours = [await asyncio.to_thread(_accountz, server.monitor.port, name) for name in ("A", "B")]
+    assert [_unordered(d) for d in ours] == [_unordered(d) for d in theirs]
+    assert [e["subject"] for e in ours[0]["exports"]] == ["svc.>", "many", "once", "a.>", "m.*.*"]
+    assert ours[1]["imports"][1]["local_subject"] == "n.*.*"

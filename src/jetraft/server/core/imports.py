@@ -32,6 +32,7 @@ import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from jetraft.config.errors import ConfigError
 from jetraft.config.model import (
@@ -513,6 +514,46 @@ class ResponseRelay:
         self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
     ) -> tuple[int, int]:
         return deliver_replies_each(self, sub, subject, items)
+
+
+_RESPONSE_NAMES = {"Singleton": "Singleton", "Stream": "Streamed", "Chunked": "Chunked"}
+
+
+def accountz_fields(cfg: AccountConfig) -> dict[str, Any]:
+    """An account's exports and imports as nats-server's ``/accountz`` shows them (its lists
+    come from maps, in no fixed order: here services, then streams among the exports, and
+    the other way round among the imports, each in the config's order), without the system
+    account's per-account services, which jetraft does not import."""
+    out: dict[str, Any] = {}
+    exports: list[dict[str, Any]] = []
+    for service in (True, False):
+        for e in cfg.exports:
+            if e.service != service:
+                continue
+            kind = "service" if service else "stream"
+            item: dict[str, Any] = {"subject": e.subject, "type": kind}
+            if service:
+                item["response_type"] = _RESPONSE_NAMES[e.response_type]
+            if e.accounts:
+                item["approved_accounts"] = list(e.accounts)
+            exports.append(item)
+    if exports:
+        out["exports"] = exports
+    imports: list[dict[str, Any]] = []
+    for service in (False, True):
+        for i in cfg.imports:
+            if i.service != service:
+                continue
+            local = ".".join("*" if t.startswith("$") else t for t in i.local.split("."))
+            item = {"subject": i.subject, "account": i.account}
+            if service:
+                item["to"] = i.local
+            item.update({"local_subject": local, "type": "service" if service else "stream",
+                         "invalid": False, "share": False, "tracking": False})
+            imports.append(item)
+    if imports:
+        out["imports"] = imports
+    return out
 
 
 def _export_for(exporter: AccountConfig, imp: AccountImport) -> AccountExport:
