@@ -17,7 +17,9 @@ Forwarders say ``is_route``: like a route's subscriptions they stand for interes
 so their subscriptions are not advertised to the other servers of a cluster and messages
 that arrive over a route never reach them (the server where a message entered did the
 forwarding, and route interest in the importing account carries the result on). The router
-hands them a message through the route methods (``forward``...), once per message. A
+hands them messages through the route methods, once each: ``forward`` one message,
+``forward_runs`` the runs of client publishes of one read (a stream import passes them on as
+one batch, so the importer's subscribers take them as the exporter's would). A
 ``ResponseRelay`` is an ordinary subscriber: its interest is advertised, since the responder
 may sit on another server, and responses reach it from routes too.
 
