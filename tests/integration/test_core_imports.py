@@ -35,6 +35,7 @@ accounts {
       {service: "svc.>"}
       {service: "many", response_type: stream}
       {service: "once"}
+      {service: "swap.*.*"}
     ]
   }
   B {
@@ -45,6 +46,8 @@ accounts {
       {service: {account: A, subject: "svc.>"}, to: "local.svc.>"}
       {service: {account: A, subject: "many"}}
       {service: {account: A, subject: "once"}}
+      {service: {account: A, subject: "swap.*.*"}, to: "x.$2.$1"}
+      {service: {account: A, subject: "svc.one"}, to: "all.*"}
     ]
   }
 }
@@ -52,7 +55,7 @@ accounts {
 _SERVICE_REPLY = re.compile(r"^_R_\.[0-9A-Za-z]{6}\.[0-9A-Za-z]{6}$")
 
 
-async def _observe(port: int) -> dict[str, Any]:
+async def _observe(port: int, patient: bool = False) -> dict[str, Any]:
     a = await nats.connect(f"nats://a:a@127.0.0.1:{port}", allow_reconnect=False)
     b = await nats.connect(f"nats://b:b@127.0.0.1:{port}", allow_reconnect=False)
     out: dict[str, Any] = {}
@@ -96,15 +99,29 @@ async def _observe(port: int) -> dict[str, Any]:
         await a.subscribe("many", cb=three)
         await a.subscribe("once", cb=three)
         await a.flush()
-        # nats-server (2.15.1) now and then answers the very first request through a service
-        # import of a server that just started with no-responders: ask until it is served.
-        for _ in range(50):
-            try:
-                response = await b.request("local.svc.ping", b"x", timeout=5)
-                break
-            except NoRespondersError:
-                seen.clear()
-        out["response"] = response.data
+        async def ask(subject: str) -> bytes:
+            # nats-server (2.15.1) now and then answers a request through a service import
+            # of a server that just started with no-responders (the responder subscribed
+            # and flushed): it is asked again; jetraft must answer the first time.
+            for _ in range(50 if patient else 1):
+                try:
+                    return (await b.request(subject, b"x", timeout=5)).data
+                except NoRespondersError:
+                    if not patient:
+                        raise
+            raise AssertionError(f"no answer on {subject}")
+
+        out["response"] = await ask("local.svc.ping")
+        del seen[:-1]  # what the responder saw of the request that was answered
+
+        async def echo(m: Any) -> None:
+            await a.publish(m.reply, m.subject.encode())
+
+        await a.subscribe("swap.>", cb=echo)
+        await a.flush()
+        # `$N` in a local subject names the wildcard; a literal exported subject takes all.
+        out["swapped"] = await ask("x.one.two")
+        out["to_one"] = await ask("all.thing")
         out["responder_saw"] = seen
         for subject in ("many", "once"):
             parts: list[bytes] = []
@@ -118,7 +135,7 @@ async def _observe(port: int) -> dict[str, Any]:
             await wait_for(lambda parts=parts: parts, what=f"{subject} responses")
             # A round trip through the same import after the responder's burst: whatever
             # of the burst was going to be delivered is delivered before its answer.
-            await b.request("local.svc.sync", b"", timeout=5)
+            await ask("local.svc.sync")
             out[subject] = parts
         try:
             await b.request("local.nobody", b"", timeout=5)
@@ -139,7 +156,7 @@ async def test_imports_as_nats_server(tmp_path: Path, make_server: ServerFactory
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         await _wait_port(port)
-        theirs = await _observe(port)
+        theirs = await _observe(port, patient=True)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -150,6 +167,8 @@ async def test_imports_as_nats_server(tmp_path: Path, make_server: ServerFactory
         ("n.two.one", "", b"2"), ("p.a.end", "", b"end"), ("p.a.x.y", "r.1", b"1"),
     ]
     assert ours["response"] == b"pong:svc.ping"
+    assert ours["swapped"] == b"swap.two.one"
+    assert ours["to_one"] == b"pong:svc.one"
     assert ours["responder_saw"][0] == ("svc.ping", True, "B")
     assert ours["many"] == [b"part0", b"part1", b"part2"]
     assert ours["once"] == [b"part0"]  # Singleton: the first response ends the mapping
@@ -223,5 +242,7 @@ async def test_accountz_lists_exports_and_imports(
     assert server.monitor is not None
     ours = [await asyncio.to_thread(_accountz, server.monitor.port, name) for name in ("A", "B")]
     assert [_unordered(d) for d in ours] == [_unordered(d) for d in theirs]
-    assert [e["subject"] for e in ours[0]["exports"]] == ["svc.>", "many", "once", "a.>", "m.*.*"]
+    assert [e["subject"] for e in ours[0]["exports"]] == [
+        "svc.>", "many", "once", "swap.*.*", "a.>", "m.*.*",
+    ]
     assert ours[1]["imports"][1]["local_subject"] == "n.*.*"

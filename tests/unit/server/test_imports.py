@@ -17,7 +17,14 @@ from jetraft.server.core.accounts import (
     deliver_each,
     deliver_replies_each,
 )
-from jetraft.server.core.imports import MAX_HOPS, ResponseRelay, install_imports
+from jetraft.server.core.imports import (
+    MAX_HOPS,
+    ResponseRelay,
+    install_imports,
+    service_mapper,
+    stream_mapper,
+    untokenize,
+)
 from jetraft.server.core.router import Router
 
 CONF = """
@@ -418,3 +425,41 @@ def test_a_batch_crosses_a_stream_import_in_one_piece() -> None:
         ("p.a.run", None, b"1"), ("p.a.run", None, b"2"), ("p.a.run", None, b"3"),
         ("p.a.other", "r", b"4"),
     ]
+
+
+def test_a_literal_subscriber_of_a_mapped_stream_import_is_interest() -> None:
+    """``to: "n.$2.*"``: the importer's subscribers see ``n.*.*``; one on a literal subject
+    there makes the import listen."""
+    w = World()
+    b = w.sub("B", "n.two.one")
+    w.pub("A", "m.one.two", b"x")
+    assert b.got == [("n.two.one", None, None, b"x")]
+
+
+@pytest.mark.parametrize(
+    ("local", "subject", "asked", "mapped"),
+    [
+        ("local.svc.>", "svc.>", "local.svc.a.b", "svc.a.b"),
+        ("x.$2.$1", "swap.*.*", "x.one.two", "swap.two.one"),
+        ("x.*.*", "swap.*.*", "x.one.two", "swap.one.two"),
+        ("all.*", "svc.one", "all.thing", "svc.one"),
+        ("same", "same", "same", "same"),
+        ("local.svc.>", "svc.>", "local.svc.CREATE.S.>", "svc.CREATE.S.>"),
+    ],
+)
+def test_service_import_mapping(local: str, subject: str, asked: str, mapped: str) -> None:
+    assert service_mapper(local, subject)(asked) == mapped
+
+
+@pytest.mark.parametrize(
+    ("subject", "local", "published", "mapped"),
+    [
+        ("a.>", "p.a.>", "a.x.y", "p.a.x.y"),
+        ("m.*.*", "n.$2.*", "m.one.two", "n.two.one"),
+        ("m.*.*", "n.*.*", "m.one.two", "n.one.two"),
+        ("lit", "other", "lit", "other"),
+    ],
+)
+def test_stream_import_mapping(subject: str, local: str, published: str, mapped: str) -> None:
+    assert stream_mapper(subject, local)(published) == mapped
+    assert untokenize(local).count("$") == 0

@@ -75,20 +75,24 @@ def _identity(subject: str) -> str | None:
     return subject
 
 
-def import_mapper(src: str, dest: str) -> Mapper:
-    """Subjects matching ``src`` -> ``dest``, the i-th wildcard of ``dest`` taking the token
-    at the i-th wildcard of ``src`` (``>`` the rest). Raises TransformError."""
-    if src == dest:
-        return _identity
-    if all(t not in ("*", ">") for t in src.split(".")):
-        return lambda subject: dest
-    tokens = dest.split(".")
-    n = 0
-    for i, t in enumerate(tokens):
-        if t == "*":
-            n += 1
-            tokens[i] = f"${n}"
-    transform = SubjectTransform.create(src, ".".join(tokens), strict=True)
+def _is_wildcard(token: str) -> bool:
+    return token in ("*", ">")
+
+
+def _position(token: str) -> int:
+    """N for a ``$N`` token (a wildcard named by its place), else 0."""
+    return int(token[1:]) if token[:1] == "$" and token[1:].isdigit() else 0
+
+
+def untokenize(subject: str) -> str:
+    """``$N`` tokens read as the wildcards they stand for (``n.$2.*`` -> ``n.*.*``)."""
+    return ".".join("*" if _position(t) else t for t in subject.split("."))
+
+
+def _transform(src: str, dest: str) -> Mapper:
+    """Subjects matching ``src`` (wildcards only) -> ``dest`` (``$N``: the token at the N-th
+    wildcard of ``src``, ``>``: the rest). Raises TransformError."""
+    transform = SubjectTransform.create(src, dest, strict=True)
     assert transform is not None
     stoks = src.split(".")
 
@@ -99,6 +103,48 @@ def import_mapper(src: str, dest: str) -> Mapper:
         return transform.apply(toks) if _tokens_match(stoks, toks) else None
 
     return mapped
+
+
+def stream_mapper(subject: str, local: str) -> Mapper:
+    """A stream import's subjects in the exporting account -> the importer's: the i-th ``*``
+    of ``local`` takes the token at the i-th wildcard of ``subject`` (``$N`` names one)."""
+    if subject == local:
+        return _identity
+    if not any(_is_wildcard(t) for t in subject.split(".")):
+        return lambda _: local
+    tokens = local.split(".")
+    n = 0
+    for i, t in enumerate(tokens):
+        if t == "*":
+            n += 1
+            tokens[i] = f"${n}"
+    return _transform(subject, ".".join(tokens))
+
+
+def service_mapper(local: str, subject: str) -> Mapper:
+    """A service import's request subjects in the importer (``local``) -> the exporting
+    account's (``subject``): the k-th ``*`` of ``subject`` takes the token at the wildcard
+    of ``local`` that is k-th in order, or that ``$k`` names."""
+    if local == subject:
+        return _identity
+    if not any(_is_wildcard(t) for t in subject.split(".")):
+        return lambda _: subject  # every request goes to the one subject (nats-server)
+    ltoks = local.split(".")
+    names: dict[int, int] = {}  # k -> the place of local's wildcard standing for it
+    place = 0
+    for t in ltoks:
+        if t == "*" or _position(t):
+            place += 1
+            names[_position(t) or place] = place
+    dest: list[str] = []
+    k = 0
+    for t in subject.split("."):
+        if t == "*":
+            k += 1
+            dest.append(f"${names.get(k, k)}")
+        else:
+            dest.append(t)
+    return _transform(untokenize(local), ".".join(dest))
 
 
 def _tokens_match(pattern: list[str], toks: list[str]) -> bool:
@@ -112,11 +158,14 @@ def _tokens_match(pattern: list[str], toks: list[str]) -> bool:
 
 def build_mapper(imp: AccountImport) -> Mapper:
     """The import's subject mapping; a ConfigError (nats-server's text) when it has none."""
-    src, dest = (imp.local, imp.subject) if imp.service else (imp.subject, imp.local)
     try:
-        return import_mapper(src, dest)
+        if imp.service:
+            return service_mapper(imp.local, imp.subject)
+        return stream_mapper(imp.subject, imp.local)
     except TransformError as exc:
         kind = "service" if imp.service else "stream"
+        src, dest = (untokenize(imp.local), imp.subject) if imp.service else (
+            imp.subject, imp.local)
         raise ConfigError(
             f'Error adding {kind} import "{imp.subject}": failed to create mapping transform '
             f'for {kind} import subject from "{src}" to "{dest}": {exc}', imp.pos,
@@ -234,7 +283,7 @@ class StreamForwarder(_Forwarder):
     ) -> None:
         super().__init__(router, target, mapper)
         self.source = source
-        self.local = imp.local
+        self.local = untokenize(imp.local)  # what the importer's subscribers would see
         self.sub = Subscription(self, imp.subject, None, sid)
         self.interest = 0  # subscriptions in ``target`` that could take what it forwards
         self.subscribed = False
@@ -546,10 +595,10 @@ def accountz_fields(cfg: AccountConfig) -> dict[str, Any]:
         for i in cfg.imports:
             if i.service != service:
                 continue
-            local = ".".join("*" if t.startswith("$") else t for t in i.local.split("."))
+            local = untokenize(i.local)
             item = {"subject": i.subject, "account": i.account}
             if service:
-                item["to"] = i.local
+                item["to"] = local
             item.update({"local_subject": local, "type": "service" if service else "stream",
                          "invalid": False, "share": False, "tracking": False})
             imports.append(item)
@@ -594,7 +643,8 @@ def install_imports(
                     relay = relays[imp.account] = ResponseRelay(router, exporter, clock, rng)
                 export = _export_for(by_name[imp.account], imp)
                 fwd: _Forwarder = ServiceForwarder(router, home, exporter, mapper, relay, export)
-                router.add_subscription(home, Subscription(fwd, imp.local, None, str(n)))
+                sub = Subscription(fwd, untokenize(imp.local), None, str(n))
+                router.add_subscription(home, sub)
             else:
                 stream = StreamForwarder(router, exporter, home, mapper, imp, str(n))
                 watcher.by_account.setdefault(home, []).append(stream)
