@@ -17,14 +17,8 @@ from jetraft.server.core.accounts import (
     deliver_each,
     deliver_replies_each,
 )
-from jetraft.server.core.imports import (
-    MAX_HOPS,
-    ResponseRelay,
-    install_imports,
-    service_mapper,
-    stream_mapper,
-    untokenize,
-)
+from jetraft.server.core.import_mapping import service_mapper, stream_mapper, untokenize
+from jetraft.server.core.imports import MAX_HOPS, ResponseRelay, install_imports
 from jetraft.server.core.router import Router
 
 CONF = """

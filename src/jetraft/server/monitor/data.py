@@ -23,7 +23,7 @@ from jetraft.protocol.subjects import is_literal, subject_matches
 from jetraft.server.core.accounts import AccountStats, Subscription
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
-from jetraft.server.core.imports import accountz_fields
+from jetraft.server.core.import_mapping import accountz_fields
 
 if TYPE_CHECKING:  # a server without JetStream or routes does not load their modules
     from jetraft.server.cluster.route_conn import PeerInfo
