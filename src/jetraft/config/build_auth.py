@@ -11,12 +11,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from jetraft.config.build_imports import build_exports, build_imports, check_imports
 from jetraft.config.build_mappings import build_mappings
 from jetraft.config.errors import ConfigError, Pos
 from jetraft.config.model import (
     DEFAULT_RESPONSE_EXPIRES_NS,
     GLOBAL_ACCOUNT,
     AccountConfig,
+    AccountExport,
+    AccountImport,
     AccountJetStreamConfig,
     AuthorizationConfig,
     Permissions,
@@ -51,9 +54,7 @@ _AUTH_REFUSED = {
     "auth_callout": "authorization callouts", "auth_hook": "authorization callouts",
     "proxy_required": "trusted proxies",
 }
-_ACCOUNT_REFUSED = {
-    "imports": "account imports", "exports": "account exports", "limits": "account limits",
-}
+_ACCOUNT_REFUSED = {"limits": "account limits"}
 _ACCOUNT_UNSUPPORTED = {"nkey", "msg_trace", "trace_dest"}
 # nats-server's connection types; jetraft serves only STANDARD (plain NATS clients).
 CONNECTION_TYPES = frozenset(
@@ -267,6 +268,7 @@ def build_accounts(node: Node, ctx: Ctx, registry: UserRegistry) -> tuple[Accoun
         if name == GLOBAL_ACCOUNT:
             raise _key_error(name, child, f"{name!r} is a reserved account")
         accounts.append(_account(name, child.value, ctx, registry))
+    check_imports(accounts)
     return tuple(accounts)
 
 
@@ -291,10 +293,16 @@ def _account(
     jetstream: AccountJetStreamConfig | None = None
     defaults: Permissions | None = None
     mappings: tuple[SubjectMapping, ...] = ()
+    exports: tuple[AccountExport, ...] = ()
+    imports: tuple[AccountImport, ...] = ()
     for key, child in members.items():
         k = key.lower()
         if k in ("mappings", "maps"):
             mappings = build_mappings(child, f"accounts.{name}.{key}")
+        elif k == "exports":
+            exports = build_exports(child)
+        elif k == "imports":
+            imports = build_imports(child)
         elif k == "users":
             users = build_users(child, f"accounts.{name}.users", ctx, name, registry)
         elif k == "jetstream":
@@ -307,7 +315,9 @@ def _account(
             ctx.unsupported(key, child)
         else:
             ctx.unknown(key, child, f"account {name!r}")
-    return AccountConfig(name, _with_defaults(users, defaults), jetstream, defaults, mappings)
+    return AccountConfig(
+        name, _with_defaults(users, defaults), jetstream, defaults, mappings, exports, imports
+    )
 
 
 _ACCOUNT_JS_SIZES = {

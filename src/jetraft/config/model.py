@@ -133,6 +133,45 @@ class AccountConfig:
     jetstream: AccountJetStreamConfig | None = None
     default_permissions: Permissions | None = None
     mappings: tuple[SubjectMapping, ...] = ()
+    exports: tuple[AccountExport, ...] = ()
+    imports: tuple[AccountImport, ...] = ()
+
+
+# nats-server's service response types and its default response threshold.
+RESPONSE_SINGLETON = "Singleton"
+RESPONSE_STREAM = "Stream"
+RESPONSE_CHUNKED = "Chunked"
+DEFAULT_RESPONSE_THRESHOLD_NS = 120 * NS_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class AccountExport:
+    """``exports [{stream: subj}]`` or ``{service: subj}``. ``accounts`` None: public (an
+    empty list is public too, as nats-server reads it); otherwise the accounts allowed to
+    import it. The response fields matter for services only."""
+
+    service: bool
+    subject: str
+    accounts: tuple[str, ...] | None = None
+    response_type: str = RESPONSE_SINGLETON
+    response_threshold_ns: int = DEFAULT_RESPONSE_THRESHOLD_NS
+    pos: Pos | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class AccountImport:
+    """``imports [{stream: {account, subject}, prefix|to}]`` or ``{service: {...}, to}``.
+
+    ``subject`` is the subject in the exporting ``account``; ``local`` the subject in the
+    importing account: for a stream the subject its subscribers see (``prefix.subject`` or
+    ``to``), for a service the subject its clients publish requests on (``to``, default the
+    exported subject). Wildcards correspond in order."""
+
+    service: bool
+    account: str
+    subject: str
+    local: str
+    pos: Pos | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)

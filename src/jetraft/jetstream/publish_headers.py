@@ -30,6 +30,7 @@ EXPECTED_LAST_SUBJ_SEQ_SUBJ = "nats-expected-last-subject-sequence-subject"
 EXPECTED_LAST_MSG_ID = "nats-expected-last-msg-id"
 ROLLUP = "nats-rollup"
 MSG_TTL = "nats-ttl"
+REQUEST_INFO = "nats-request-info"  # who sent a request through an account import
 
 
 LONE_MSG_ID: Final = b"NATS/1.0\r\nNats-Msg-Id:"  # how a block holding only a dedupe id starts
@@ -92,6 +93,17 @@ def nats_headers(hdr: bytes) -> dict[str, str]:
             if key not in out:
                 out[key] = value.strip().decode("utf-8", "replace")
     return out
+
+
+def without_request_info(hdr: bytes) -> bytes | None:
+    """The block without its ``Nats-Request-Info`` lines (None when nothing else is left):
+    a publish that came through a service import carries the requester's account there,
+    which nats-server does not store with the message."""
+    lines = hdr.split(b"\r\n")
+    kept = [ln for ln in lines[1:] if ln.split(b":", 1)[0].strip().lower() != b"nats-request-info"]
+    if not any(kept):
+        return None
+    return b"\r\n".join([lines[0], *kept])
 
 
 def parse_ttl_s(text: str) -> int:

@@ -67,12 +67,14 @@ from jetraft.jetstream.publish_headers import (
     MSG_ID,
     MSG_TTL,
     NS_PER_S,
+    REQUEST_INFO,
     ROLLUP,
     check_headers,
     lone_msg_id,
     lone_msg_id_in,
     nats_headers,
     parse_ttl_s,
+    without_request_info,
 )
 from jetraft.jetstream.republish import republish_subject, republished
 from jetraft.jetstream.retention import (
@@ -432,6 +434,8 @@ class Stream:
                     return self._nack(e, E.rollup_failed("rollup not permitted"))
                 if rollup not in ("sub", "all"):
                     return self._nack(e, E.rollup_failed(f'rollup value invalid: "{rollup}"'))
+            if REQUEST_INFO in h and hdr is not None:
+                hdr = without_request_info(hdr)  # not part of the message (nats-server)
         size_limit = cfg.max_msg_size
         hlen = len(hdr) if hdr else 0
         if size_limit >= 0 and (hlen > size_limit or len(e.data) > size_limit - hlen):

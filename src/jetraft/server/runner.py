@@ -14,6 +14,7 @@ from pathlib import Path
 from jetraft.config import ConfigError, ServerConfig, build_config, load_config, parse_args
 from jetraft.server import signal_cmd
 from jetraft.server.core import proto_trace
+from jetraft.server.core.imports import check_imports
 from jetraft.server.core.mappings import check_mappings
 from jetraft.server.core.startup import StartError
 from jetraft.server.reload import reload
@@ -83,6 +84,7 @@ async def serve(cfg: ServerConfig, argv: list[str] | None = None) -> int:
         def load() -> ServerConfig:
             new = build_config(argv)
             check_mappings(new)
+            check_imports(new)
             return new
 
         reload(server, load, _setup_logging)
@@ -123,6 +125,7 @@ def check_config(path: Path | None) -> int:
         return 1
     cfg = load_config(path)
     check_mappings(cfg)
+    check_imports(cfg)
     for warning in cfg.warnings:
         print(f"jetraft: {warning}", file=sys.stderr)
     if cfg.warnings:
@@ -149,6 +152,7 @@ def main(argv: list[str]) -> int:
             return check_config(path)
         cfg = build_config(argv)
         check_mappings(cfg)
+        check_imports(cfg)
     except ConfigError as exc:
         print(f"jetraft: configuration error: {exc}", file=sys.stderr)
         return 1

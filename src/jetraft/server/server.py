@@ -19,6 +19,7 @@ from jetraft.server.cluster.mesh import RouteMesh
 from jetraft.server.core.accounts import Account, AccountStats
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
+from jetraft.server.core.imports import ResponseRelay, install_imports
 from jetraft.server.core.router import Router, totals
 from jetraft.server.core.startup import check_store_dir, listen_error
 from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
@@ -74,6 +75,7 @@ class Server:
         self.internal_account = Account(INTERNAL_ACCOUNT)
         # Client URLs (host:port) of the servers we have routes to; the route layer owns it.
         self.route_client_urls: list[str] = []
+        self.import_relays: dict[str, ResponseRelay] = {}  # by exporting account
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -91,6 +93,9 @@ class Server:
                 await self.mesh.start()
             except OSError as exc:
                 raise listen_error("routes", cfg.cluster.host, cfg.cluster.port, exc) from None
+        # After the mesh listens to local interest: the response relays' interest is
+        # announced to the other servers.
+        self.import_relays = install_imports(self.router, self.auth.accounts, cfg.accounts)
         if cfg.jetstream is not None:
             check_store_dir(Path(cfg.jetstream.store_dir) / "jetstream")
             from jetraft.server.js.manager import JetStreamManager

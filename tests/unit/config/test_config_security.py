@@ -41,8 +41,9 @@ def refused(text: str) -> ConfigError:
         ("authorization {\n users = [{user: a, password: b}]\n auth_callout { issuer: x }\n}",
          "auth_callout", 3),
         ("authorization { user: a, password: b, proxy_required: true }", "proxy_required", 1),
-        ("accounts { A {\n exports: [{stream: x}] } }", "exports", 2),
-        ("accounts { A { imports: [] } }", "imports", 1),
+        ("accounts { A {\n exports: [{service: x, latency: y}] } }", "latency", 2),
+        ("accounts { A { exports: [{service: x}]\n imports: [{service: {account: A, subject: x},"
+         " to: y, share: true}] } }", "share", 2),
         ("accounts { A { limits: { max_connections: 1 } } }", "limits", 1),
         ("accounts { A { users: [{user: a, proxy_required: true}] } }", "proxy_required", 1),
         ("cluster { name: C\n permissions { import: x } }", "permissions", 2),

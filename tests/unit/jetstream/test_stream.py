@@ -716,3 +716,17 @@ def test_a_batch_applies_as_its_publishes_one_by_one(
     acks, out = run(batched=True, answers=False)
     assert out == one_by_one[1]
     assert all(got in ([], want) for got, want in zip(acks, one_by_one[0], strict=True))
+
+
+def test_request_info_of_an_import_is_not_stored() -> None:
+    """A publish that came through a service import carries the requester's account in
+    Nats-Request-Info; nats-server stores the message without it (and the other headers)."""
+    s = make()
+    info = '{"acc":"B"}'
+    pub(s, "s.a", Nats_Request_Info=info)
+    pub(s, "s.b", Nats_Request_Info=info, Nats_Msg_Id="m1", X="1")
+    only = s.store.load(1)
+    both = s.store.load(2)
+    assert only is not None and only.headers is None
+    assert both is not None and both.headers == encode_headers({"Nats-Msg-Id": "m1", "X": "1"})
+    assert pub(s, "s.c", Nats_Request_Info=info, Nats_Msg_Id="m1").duplicate

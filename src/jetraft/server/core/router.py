@@ -84,6 +84,9 @@ class Router:
     def __init__(self, rng: random.Random | None = None) -> None:
         self._rng = rng or random.Random()
         self.listener: InterestListener | None = None
+        # Told of every change of interest, local or a route's (account stream imports
+        # subscribe in the exporting account while the importing one has interest).
+        self.watcher: InterestListener | None = None
 
     # --- interest ----------------------------------------------------------------------------
 
@@ -91,12 +94,15 @@ class Router:
         account.sublist.insert(sub.subject, sub.queue, sub)
         if self.listener is not None and not sub.conn.is_route:
             self.listener.local_interest(account, sub, True)
+        if self.watcher is not None:
+            self.watcher.local_interest(account, sub, True)
 
     def remove_subscription(self, account: Account, sub: Subscription) -> None:
-        if account.sublist.remove(sub.subject, sub.queue, sub) and (
-            self.listener is not None and not sub.conn.is_route
-        ):
-            self.listener.local_interest(account, sub, False)
+        if account.sublist.remove(sub.subject, sub.queue, sub):
+            if self.listener is not None and not sub.conn.is_route:
+                self.listener.local_interest(account, sub, False)
+            if self.watcher is not None:
+                self.watcher.local_interest(account, sub, False)
 
     # --- delivery ----------------------------------------------------------------------------
 

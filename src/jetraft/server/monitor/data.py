@@ -23,6 +23,7 @@ from jetraft.protocol.subjects import is_literal, subject_matches
 from jetraft.server.core.accounts import AccountStats, Subscription
 from jetraft.server.core.auth import Authenticator
 from jetraft.server.core.client_conn import ClientConnection, ServerStats
+from jetraft.server.core.import_mapping import accountz_fields
 
 if TYPE_CHECKING:  # a server without JetStream or routes does not load their modules
     from jetraft.server.cluster.route_conn import PeerInfo
@@ -231,6 +232,9 @@ class MonitorData:
                 "num_cache": account.sublist.cache_size(),
             },
         }
+        for acc_cfg in s.config.accounts:
+            if acc_cfg.name == name:
+                detail.update(accountz_fields(acc_cfg))
         if name == s.auth.system_account_name:
             detail["is_system"] = True
         out["account_detail"] = detail
