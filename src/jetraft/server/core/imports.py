@@ -115,6 +115,17 @@ class _Forwarder:
     ) -> None:
         raise NotImplementedError
 
+    def enter(self) -> bool:
+        """One more import on the message's way (message tracing routes it itself); False
+        past the hop limit. Pair with ``leave``."""
+        if _Hops.depth >= MAX_HOPS:
+            return False
+        _Hops.depth += 1
+        return True
+
+    def leave(self) -> None:
+        _Hops.depth -= 1
+
     def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
         self.forward_runs(account, batch, first, stop)
 
@@ -203,6 +214,10 @@ class StreamForwarder(_Forwarder):
         elif self.interest <= 0 and self.subscribed:
             self.subscribed = False
             self.router.remove_subscription(self.source, self.sub)
+
+    def mapped_subject(self, subject: str) -> str | None:
+        """The importer's subject for ``subject`` (None: the import does not map it)."""
+        return self._map(subject)
 
     def _map(self, subject: str) -> str | None:
         """The mapped subject, remembered: a run of publishes shares its subject object, and

@@ -27,6 +27,7 @@ from jetraft.protocol.client import PubBatch
 from jetraft.protocol.headers import HeaderError, encode_headers, parse_headers
 from jetraft.protocol.subjects import is_valid_subject
 from jetraft.server.core.accounts import Account, Subscription
+from jetraft.server.core.imports import StreamForwarder
 from jetraft.server.core.internal import InternalClient
 from jetraft.server.core.router import Publisher, Router, RouteSubscriber
 
@@ -167,10 +168,15 @@ class MsgTrace:
     def jetstream(self, stream: str, subject: str) -> None:
         self._add("js", {"stream": stream, "subject": subject})
 
+    def stream_export(self, account: str, subject: str) -> None:
+        self._add("se", {"acc": account, "to": subject})
+
     def client_egress(self, conn: Sender, sub: Subscription, error: str = "") -> None:
         fields: dict[str, Any] = {"kind": KIND_CLIENT, "cid": conn.cid}
         if conn.name:
             fields["name"] = conn.name
+        if conn.account is not self.account:  # reached through an import
+            fields["acc"] = conn.account.name
         fields["sub"] = sub.subject
         if sub.queue:
             fields["queue"] = sub.queue
@@ -357,6 +363,7 @@ def _queue(
 
 
 def _forward(
+    router: Router,
     trace: MsgTrace,
     remote: dict[RouteSubscriber, list[str]],
     account: Account,
@@ -366,34 +373,56 @@ def _forward(
     data: bytes,
 ) -> None:
     for route, queues in remote.items():
+        if isinstance(route, StreamForwarder):
+            _cross_stream_import(router, trace, route, subject, reply, hdr, data)
+            continue
         peer = getattr(route, "peer", None)
         if peer is None:
-            # Not a route but an owner standing for interest elsewhere on this server (an
-            # account import's forwarder): it passes the message on unchanged, untraced.
+            # Another owner standing for interest on this server (a service import's
+            # forwarder): it passes the message on as it would an untraced one.
             route.forward(account, subject, reply, hdr, data, queues, None)
             continue
         hop = trace.route_egress(getattr(route, "rid", 0), getattr(peer, "name", ""))
         route.forward(account, subject, reply, set_header(hdr, TRACE_HOP, hop), data, queues, None)
 
 
-def route_traced(
+def _cross_stream_import(
     router: Router,
-    sender: Sender,
+    trace: MsgTrace,
+    forwarder: StreamForwarder,
+    subject: str,
+    reply: str | None,
+    hdr: bytes,
+    data: bytes,
+) -> None:
+    """The message crosses a stream import (``se``) and is routed, still traced, in the
+    importing account under the mapped subject."""
+    mapped = forwarder.mapped_subject(subject)
+    if mapped is None or not forwarder.enter():
+        return
+    try:
+        trace.stream_export(forwarder.target.name, mapped)
+        _route_in(router, forwarder.target, None, mapped, reply, hdr, data, trace)
+    finally:
+        forwarder.leave()
+
+
+def _route_in(
+    router: Router,
+    account: Account,
+    skip: object,
     subject: str,
     reply: str | None,
     hdr: bytes,
     data: bytes,
     trace: MsgTrace,
-    server_info: ServerInfo,
-) -> None:
-    """``Router.route_message`` for a traced message a client published here; then the
-    event goes out."""
-    account = sender.account
+) -> int:
+    """``Router.route_message``'s delivery of a traced message in ``account``; returns how
+    many receivers took it."""
     size = len(hdr) + len(data)
     account.stats.in_msgs += 1
     account.stats.in_bytes += size
     match = account.sublist.match(subject)
-    skip: object = sender if not sender.echo else None
     remote: dict[RouteSubscriber, list[str]] = {}
     delivered = 0
     for sub in match.plain:
@@ -408,12 +437,29 @@ def route_traced(
             delivered += 1
         elif chosen is not False:
             remote.setdefault(chosen, []).append(members[0].queue or "")
-    _forward(trace, remote, account, subject, reply, hdr, data)
+    _forward(router, trace, remote, account, subject, reply, hdr, data)
     delivered += len(remote)
     if delivered and not trace.only:
         account.stats.out_msgs += delivered
         account.stats.out_bytes += size * delivered
-    elif not delivered and reply and sender.no_responders:
+    return delivered
+
+
+def route_traced(
+    router: Router,
+    sender: Sender,
+    subject: str,
+    reply: str | None,
+    hdr: bytes,
+    data: bytes,
+    trace: MsgTrace,
+    server_info: ServerInfo,
+) -> None:
+    """``Router.route_message`` for a traced message a client published here; then the
+    event goes out."""
+    skip: object = sender if not sender.echo else None
+    delivered = _route_in(router, sender.account, skip, subject, reply, hdr, data, trace)
+    if not delivered and reply and sender.no_responders:
         router.no_responders(sender, subject, reply)
     trace.send(router, server_info)
 
