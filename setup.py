@@ -36,6 +36,7 @@ MYPYC_MODULES = [
     "src/jetraft/protocol/subjects.py",
     "src/jetraft/server/core/accounts.py",
     "src/jetraft/server/core/client_conn.py",
+    "src/jetraft/server/core/reply_permits.py",
     "src/jetraft/server/core/router.py",
     "src/jetraft/server/core/sublist.py",
     "src/jetraft/jetstream/stream.py",

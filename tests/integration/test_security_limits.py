@@ -9,8 +9,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from jetraft.server.core import client_conn
 
 from .conftest import ServerFactory, connect, wait_for
@@ -62,43 +60,17 @@ async def requests_in(
     return conn
 
 
-async def test_reply_permissions_are_pruned_when_expired(
-    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # nats-server prunes every 4096 new entries or every second; a short interval keeps the
-    # test quick without changing what is pruned.
-    monkeypatch.setattr(client_conn, "REPLY_PERM_PRUNE_NS", 50_000_000)
+async def test_reply_permissions_are_pruned_when_expired(make_server: ServerFactory) -> None:
     conn = await requests_in(make_server, '{max: 1, expires: "50ms"}', 300)
     assert 0 < conn.reply_permissions <= 300
+    # nats-server prunes every 4096 new entries or every second; a shorter interval keeps
+    # the test quick without changing what is pruned (the table's own tests cover the rest:
+    # tests/unit/server/test_reply_permits.py).
+    conn.reply_permits.prune_ns = 50_000_000
     deadline = time.monotonic() + 0.12
     await wait_for(lambda: time.monotonic() > deadline, what="the entries to expire")
     conn._track_reply(conn.perms, "_INBOX.late")  # type: ignore[arg-type]
     assert conn.reply_permissions == 1
-
-
-async def test_reply_permissions_are_pruned_by_count(
-    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Used-up permissions go at the next prune; nats-server prunes after 4096 new ones."""
-    monkeypatch.setattr(client_conn, "REPLY_PERM_PRUNE_NS", 10**15)
-    conn = await requests_in(make_server, "{max: 1}", 10)
-    for i in range(10):  # use them all up (each answer spends the one allowed response)
-        assert conn._response_ok(f"_INBOX.r.{i}")
-    assert conn.reply_permissions == 0
-    for i in range(client_conn.REPLY_PERM_PRUNE_COUNT + 10):
-        conn._track_reply(conn.perms, f"_INBOX.n.{i}")  # type: ignore[arg-type]
-    assert conn._resp_since_prune < client_conn.REPLY_PERM_PRUNE_COUNT
-
-
-async def test_reply_permissions_have_a_hard_cap(
-    make_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Requests faster than they expire cannot grow a responder's table without bound."""
-    monkeypatch.setattr(client_conn, "REPLY_PERM_MAX", 100)
-    conn = await requests_in(make_server, '{max: 1, expires: "1h"}', 500)
-    assert conn.reply_permissions == 100
-    # The newest are kept (the oldest would expire first anyway).
-    assert conn._response_ok("_INBOX.r.499") and not conn._response_ok("_INBOX.r.0")
 
 
 async def direct_batch(nc: object, stream: str, body: dict[str, object]) -> list[object]:

@@ -24,6 +24,7 @@ from jetraft.server.core.accounts import (
     deliver_replies_each,
 )
 from jetraft.server.core.auth import Authenticator, ConnectInfo, Permissions, User
+from jetraft.server.core.reply_permits import ReplyPermits
 from jetraft.server.core.router import Router
 from jetraft.server.core.tls import peer_certificate
 
@@ -37,14 +38,6 @@ _TRACE_MARK: Final = msgtrace.MARK
 # Up to this many buffered pieces are written as they are (writelines), more are joined first.
 _WRITELINES_MAX = 8
 _HDR_LEN = operator.itemgetter(3)  # of a PubLine: -1 for PUB
-# nats-server's allow_responses bookkeeping: prune used-up and expired reply permissions once
-# this many were added since the last prune, or a second has passed.
-REPLY_PERM_PRUNE_COUNT = 4096
-REPLY_PERM_PRUNE_NS = 1_000_000_000
-# Beyond nats-server: a hard cap on remembered reply permissions per connection, so that
-# requests sent faster than they expire cannot grow one responder's table without bound. The
-# oldest (first to expire) go first.
-REPLY_PERM_MAX = 65536
 
 
 @dataclass(slots=True)
@@ -125,9 +118,7 @@ class ClientConnection(asyncio.Protocol):
         self._plain = False  # connected, no permissions, not pedantic, not verbose: fast publish
         self.trace = opts.trace  # the protocol trace log (``proto_trace``)
         self._flush_scheduled = False
-        self._resp_allowed: dict[str, list[int]] = {}  # reply subject -> [remaining, expires_ns]
-        self._resp_since_prune = 0
-        self._resp_last_prune_ns = 0
+        self.reply_permits = ReplyPermits()  # allow_responses
         self._auth_timer: asyncio.TimerHandle | None = None
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._max_subs = opts.max_subscriptions  # 0: no limit
@@ -436,7 +427,7 @@ class ClientConnection(asyncio.Protocol):
                 subject = mapped
                 if trace is not None:
                     trace.mapped(subject)
-        if not self._may_publish(subject) and not self._response_ok(subject):
+        if not self._may_publish(subject) and not self.reply_permits.use(subject, time.time_ns()):
             error = f'Permissions Violation for Publish to "{subject}"'
             self.send_err(error)
             if trace is not None:
@@ -461,20 +452,6 @@ class ClientConnection(asyncio.Protocol):
     def _may_publish(self, subject: str) -> bool:
         perms = self.perms
         return perms is None or perms.publish is None or perms.publish.permits_publish(subject)
-
-    def _response_ok(self, subject: str) -> bool:
-        entry = self._resp_allowed.get(subject)
-        if entry is None:
-            return False
-        remaining, expires_ns = entry
-        if expires_ns and time.time_ns() > expires_ns:
-            del self._resp_allowed[subject]
-            return False
-        if remaining <= 1:
-            del self._resp_allowed[subject]
-        else:
-            entry[0] = remaining - 1
-        return True
 
     def deliver(
         self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
@@ -688,37 +665,16 @@ class ClientConnection(asyncio.Protocol):
         return True
 
     def _track_reply(self, perms: Permissions, reply: str) -> None:
-        """Remember that ``reply`` may be answered (allow_responses), pruning as nats-server:
-        used-up and expired entries go once 4096 were added or a second passed."""
         if perms.publish is not None and perms.publish.permits_publish(reply):
             return  # already allowed: nothing to remember (nats-server skips these too)
-        now = time.time_ns()
-        allowed = self._resp_allowed
-        allowed.pop(reply, None)  # re-inserted last: the dict stays in expiry order
-        allowed[reply] = [
-            perms.responses_max, now + perms.responses_expires_ns if perms.responses_expires_ns
-            else 0,
-        ]
-        self._resp_since_prune += 1
-        if (
-            self._resp_since_prune > REPLY_PERM_PRUNE_COUNT
-            or now - self._resp_last_prune_ns > REPLY_PERM_PRUNE_NS
-        ):
-            self.prune_reply_permissions(now)
-        while len(allowed) > REPLY_PERM_MAX:
-            del allowed[next(iter(allowed))]
-
-    def prune_reply_permissions(self, now_ns: int) -> None:
-        self._resp_allowed = {
-            k: v for k, v in self._resp_allowed.items() if v[0] > 0 and not (v[1] and now_ns > v[1])
-        }
-        self._resp_since_prune = 0
-        self._resp_last_prune_ns = now_ns
+        self.reply_permits.grant(
+            reply, perms.responses_max, perms.responses_expires_ns, time.time_ns()
+        )
 
     @property
     def reply_permissions(self) -> int:
         """How many reply subjects this connection may still answer (for tests and /connz)."""
-        return len(self._resp_allowed)
+        return len(self.reply_permits)
 
     # --- SUB / UNSUB -----------------------------------------------------------------------
 
