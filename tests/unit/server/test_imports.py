@@ -17,7 +17,13 @@ from jetraft.server.core.accounts import (
     deliver_each,
     deliver_replies_each,
 )
-from jetraft.server.core.import_mapping import service_mapper, stream_mapper, untokenize
+from jetraft.server.core.import_mapping import (
+    intersect,
+    service_mapper,
+    source_filter,
+    stream_mapper,
+    untokenize,
+)
 from jetraft.server.core.imports import MAX_HOPS, ResponseRelay, install_imports
 from jetraft.server.core.router import Router
 
@@ -457,3 +463,65 @@ def test_service_import_mapping(local: str, subject: str, asked: str, mapped: st
 def test_stream_import_mapping(subject: str, local: str, published: str, mapped: str) -> None:
     assert stream_mapper(subject, local)(published) == mapped
     assert untokenize(local).count("$") == 0
+
+
+def test_stream_import_listens_in_the_exporter_for_what_the_importer_wants() -> None:
+    """As nats-server's shadow subscriptions: the exporting account sees interest only in the
+    subjects the importer's subscriptions map back to, so a push consumer there whose deliver
+    subject nobody listens to is not bound (nats.js refuses a bound consumer: its KV watch
+    and history across accounts run two such consumers at once)."""
+    w = World()
+    a, b = w.accounts["A"], w.accounts["B"]
+    one = Subscription(Sink(), "p.a.d1", None, "1")
+    w.router.add_subscription(b, one)
+    assert a.sublist.match("a.d1").plain and not a.sublist.match("a.d2").plain
+    two = Subscription(Sink(), "p.a.d1", None, "2")  # the same filter again: one shadow
+    w.router.add_subscription(b, two)
+    w.router.remove_subscription(b, one)
+    assert a.sublist.match("a.d1").plain
+    w.router.remove_subscription(b, two)
+    assert not a.sublist.match("a.d1").plain
+    # Wildcards map back too; overlapping shadows forward a message once.
+    wide, narrow = Sink(), Sink()
+    w.sub("B", "p.>", wide)
+    w.sub("B", "p.a.x", narrow)
+    assert w.pub("A", "a.x", b"m") >= 1
+    assert wide.got == [("p.a.x", None, None, b"m")] and narrow.got == wide.got
+
+
+@pytest.mark.parametrize(
+    ("imported", "local", "wanted", "source"),
+    [
+        ("a.>", "a.>", "a.x", "a.x"),
+        ("a.>", "a.>", ">", "a.>"),
+        ("a.>", "a.>", "b.x", None),
+        ("a.>", "p.a.>", "p.a.*", "a.*"),
+        ("a.>", "p.a.>", "*.a.x.y", "a.x.y"),
+        ("a.>", "p.a.>", "p.>", "a.>"),
+        ("a.>", "p.a.>", ">", "a.>"),
+        ("a.>", "p.a.>", "q.a.x", None),
+        ("a.>", "p.a.>", "p", None),
+        ("a.*", "a.*", "a.x.y", None),
+        ("m.*.*", "n.*.*", "n.x.y", "m.*.*"),  # other mappings: the whole import
+        ("m.*.*", "n.*.*", "o.x.y", None),
+    ],
+)
+def test_source_filters(imported: str, local: str, wanted: str, source: str | None) -> None:
+    assert source_filter(imported, local, wanted) == source
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "both"),
+    [
+        ("a.*", "*.b", "a.b"),
+        ("a.>", "a.b.*", "a.b.*"),
+        (">", "a", "a"),
+        ("a.>", "a", None),
+        ("a.b", "a.c", None),
+        ("a.*.c", "a.>", "a.*.c"),
+        (">", ">", ">"),
+    ],
+)
+def test_filter_intersections(a: str, b: str, both: str | None) -> None:
+    assert intersect(a, b) == both
+    assert intersect(b, a) == both

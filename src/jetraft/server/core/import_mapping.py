@@ -48,6 +48,49 @@ def _transform(src: str, dest: str) -> Mapper:
     return mapped
 
 
+def intersect(a: str, b: str) -> str | None:
+    """The filter of the subjects both filters match (None: none)."""
+    at, bt = a.split("."), b.split(".")
+    out: list[str] = []
+    for i in range(max(len(at), len(bt))):
+        x = at[i] if i < len(at) else None
+        y = bt[i] if i < len(bt) else None
+        if x == ">" or y == ">":
+            rest = bt[i:] if x == ">" else at[i:]
+            return ".".join(out + rest) if rest else None
+        if x is None or y is None:
+            return None
+        if x == "*":
+            out.append(y)
+        elif y == "*" or x == y:
+            out.append(x)
+        else:
+            return None
+    return ".".join(out)
+
+
+def source_filter(imported: str, local: str, wanted: str) -> str | None:
+    """What a stream import must take in the exporting account (``imported``, shown as
+    ``local`` in the importer) for the importer's subscription ``wanted``: the subjects whose
+    mapping ``wanted`` matches (None: none). Exact for the identity and ``prefix`` mappings;
+    for other mappings the whole ``imported`` subject (a superset: the mapping sorts out)."""
+    if local == imported:
+        return intersect(wanted, imported)
+    if local.endswith("." + imported):
+        prefix = local[: -len(imported) - 1].split(".")
+        toks = wanted.split(".")
+        for i, p in enumerate(prefix):
+            if i >= len(toks):
+                return None
+            if toks[i] == ">":
+                return imported
+            if toks[i] not in ("*", p):
+                return None
+        rest = toks[len(prefix) :]
+        return intersect(".".join(rest), imported) if rest else None
+    return imported if intersect(wanted, local) is not None else None
+
+
 def stream_mapper(subject: str, local: str) -> Mapper:
     """A stream import's subjects in the exporting account -> the importer's: the i-th ``*``
     of ``local`` takes the token at the i-th wildcard of ``subject`` (``$N`` names one)."""

@@ -54,6 +54,7 @@ from jetraft.server.core.import_mapping import (
     Mapper,
     build_mapper,
     check_imports,
+    source_filter,
     untokenize,
 )
 from jetraft.server.core.router import Router
@@ -194,12 +195,21 @@ class StreamForwarder(_Forwarder):
     ) -> None:
         super().__init__(router, target, mapper)
         self.source = source
+        self.subject = imp.subject
         self.local = untokenize(imp.local)  # what the importer's subscribers would see
-        self.sub = Subscription(self, imp.subject, None, sid)
-        self.interest = 0  # subscriptions in ``target`` that could take what it forwards
-        self.subscribed = False
+        self.sid = sid
+        # The subscriptions in ``source`` that stand for the importer's interest, one per
+        # filter, with how many of the importer's subscriptions need it: as nats-server's
+        # shadow subscriptions, they cover what the importer listens to, not the whole
+        # export (a push consumer in the exporting account is "bound" only when its own
+        # deliver subject is listened to).
+        self.shadows: dict[str, tuple[Subscription, int]] = {}
         self._mapped: dict[str, str] = {}
         self._publisher = _ImportPublisher(target)
+
+    @property
+    def subscribed(self) -> bool:
+        return bool(self.shadows)
 
     def interest_changed(self, sub: Subscription, added: bool) -> None:
         conn = sub.conn
@@ -207,13 +217,21 @@ class StreamForwarder(_Forwarder):
             return
         if not filters_overlap(sub.subject, self.local):
             return
-        self.interest += 1 if added else -1
-        if self.interest > 0 and not self.subscribed:
-            self.subscribed = True
-            self.router.add_subscription(self.source, self.sub)
-        elif self.interest <= 0 and self.subscribed:
-            self.subscribed = False
-            self.router.remove_subscription(self.source, self.sub)
+        wanted = source_filter(self.subject, self.local, sub.subject)
+        if wanted is None:
+            return
+        shadow = self.shadows.get(wanted)
+        if added:
+            if shadow is None:
+                shadow = (Subscription(self, wanted, None, self.sid), 0)
+                self.router.add_subscription(self.source, shadow[0])
+            self.shadows[wanted] = (shadow[0], shadow[1] + 1)
+        elif shadow is not None:
+            if shadow[1] <= 1:
+                del self.shadows[wanted]
+                self.router.remove_subscription(self.source, shadow[0])
+            else:
+                self.shadows[wanted] = (shadow[0], shadow[1] - 1)
 
     def mapped_subject(self, subject: str) -> str | None:
         """The importer's subject for ``subject`` (None: the import does not map it)."""
