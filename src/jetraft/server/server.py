@@ -23,6 +23,7 @@ from jetraft.server.core.imports import ResponseRelay, install_imports
 from jetraft.server.core.router import Router, totals
 from jetraft.server.core.startup import check_store_dir, listen_error
 from jetraft.server.core.tls import make_server_context, peer_certificate, pinned_ok
+from jetraft.server.core.user_info import UserInfoResponder
 from jetraft.server.monitor import MonitorData, MonitorServer, SystemRequests
 
 log = logging.getLogger("jetraft.server")
@@ -96,6 +97,9 @@ class Server:
         # After the mesh listens to local interest: the response relays' interest is
         # announced to the other servers.
         self.import_relays = install_imports(self.router, self.auth.accounts, cfg.accounts)
+        responder = UserInfoResponder(self.router, self.trace_server_info)
+        for account in self.auth.accounts.values():
+            responder.install(account)
         if cfg.jetstream is not None:
             check_store_dir(Path(cfg.jetstream.store_dir) / "jetstream")
             from jetraft.server.js.manager import JetStreamManager

@@ -1,0 +1,79 @@
+"""``$SYS.REQ.USER.INFO`` (nats.js's ``nc.context()``), side by side with nats-server: who
+the requester is, its account and permissions, from any account."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+
+from tests.integration.jetstream.consumer_support import _wait_port, nats_server_binary
+from tests.ports import free_port
+
+pytestmark = pytest.mark.skipif(
+    not Path(nats_server_binary()).exists(), reason="nats-server binary not installed"
+)
+
+CONF = """
+listen: 127.0.0.1:{port}
+accounts {{
+  S {{
+    users: [{{
+      user: s, password: s,
+      permissions: {{
+        publish: {{allow: ["$SYS.REQ.USER.INFO", "q.>"], deny: ["q.secret"]}},
+        subscribe: ["q.>", "_INBOX.>", "work workers"],
+        allow_responses: {{max: 2, expires: "1m"}}
+      }}
+    }}]
+  }}
+  A {{ users: [{{user: a, password: a}}] }}
+}}
+"""
+
+
+async def _scenario(url: str) -> list[Any]:
+    out = []
+    for user in ("s", "a"):
+        nc = await nats.connect(url, user=user, password=user, allow_reconnect=False)
+        try:
+            msg = await nc.request("$SYS.REQ.USER.INFO", b"", timeout=5)
+            body = json.loads(msg.data)
+            assert body["server"]["id"]
+            out.append(body["data"])
+        finally:
+            await nc.close()
+    return out
+
+
+async def test_user_info_as_nats_server(tmp_path: Path) -> None:
+    port = free_port()
+    conf = tmp_path / "n.conf"
+    conf.write_text(CONF.format(port=port))
+    proc = subprocess.Popen(
+        [nats_server_binary(), "-c", str(conf)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        await _wait_port(port)
+        theirs = await _scenario(f"nats://127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+    from jetraft.config import parse_config
+    from jetraft.server.server import Server
+
+    server = Server(parse_config(CONF.format(port=-1)))
+    await server.start()
+    try:
+        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
+    finally:
+        await server.stop()
+    assert ours == theirs
+    assert theirs[0]["user"] == "s" and theirs[0]["account"] == "S"
