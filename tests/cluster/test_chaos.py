@@ -24,8 +24,15 @@ from dataclasses import dataclass, field
 import nats
 import nats.errors
 import nats.js.errors
+import nats.js.kv
 import pytest
 
+from tests.cluster.chaos_workers import (
+    ConsumerChurn,
+    Deleter,
+    KvWriters,
+    create_assets,
+)
 from tests.cluster.conftest import ClusterFactory
 from tests.cluster.harness import Cluster, Node, wait_until
 
@@ -173,9 +180,58 @@ async def _stream_leader(cl: Cluster) -> str:
     return await wait_until(ask, 30, "a stream leader")
 
 
+async def _stream_peers(cl: Cluster) -> list[str]:
+    async def ask() -> list[str] | None:
+        nc = await cl.connect(_live(cl)[0])
+        try:
+            info = await nc.jetstream().stream_info(STREAM)
+            if not info.cluster or not info.cluster.leader:
+                return None
+            return [info.cluster.leader] + [r.name for r in info.cluster.replicas or []]
+        finally:
+            await nc.close()
+
+    return await wait_until(ask, 30, "the stream's replicas")
+
+
+async def _restart_all(cl: Cluster, ledger: Ledger) -> str:
+    """SIGKILL every server, start them all again: what was promised survives."""
+    for node in cl.nodes:
+        node.kill()
+    for node in cl.nodes:
+        node.start()
+    await cl.wait_mesh(60)
+    await cl.wait_jetstream(60)
+    await ledger.progress(PROGRESS, "after a full restart")
+    return "restart-all"
+
+
+async def _kill_two(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
+    """Two servers down at once, at most one of them the main stream's replica: the meta
+    group and the stream keep their quorums (the other streams may lose theirs)."""
+    peers = set(await _stream_peers(cl))
+    first = rng.choice([n for n in _live(cl) if n.name not in peers])
+    second = rng.choice(_live(cl, but=first))
+    for victim in (first, second):
+        victim.kill()
+    await ledger.progress(PROGRESS, f"while {first.name} and {second.name} are down")
+    for victim in (first, second):
+        victim.start()
+    for victim in (first, second):
+        await cl.wait_serving(victim)
+    await ledger.progress(PROGRESS, f"after {first.name} and {second.name} came back")
+    return f"kill-two {first.name} {second.name}"
+
+
 async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
-    """One fault on one server, held until the others made progress; then healed."""
-    kind = rng.choice(["kill", "stop", "partition", "stepdown", "kill-leader"])
+    """One fault on one server (or two, in a cluster of five or more), held until the
+    others made progress; then healed."""
+    kinds = ["kill", "stop", "partition", "stepdown", "kill-leader"]
+    if len(cl.nodes) >= 5:
+        kinds.append("kill-two")
+    kind = rng.choice(kinds)
+    if kind == "kill-two":
+        return await _kill_two(cl, rng, ledger)
     leader = await _stream_leader(cl) if kind == "kill-leader" else ""
     victim = cl.node(leader) if leader else rng.choice(_live(cl))
     heal: Callable[[], Awaitable[None]]
@@ -245,7 +301,45 @@ async def _settle_and_check(cl: Cluster, ledger: Ledger) -> None:
     await nc.close()
 
 
-async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed: int) -> None:
+@dataclass
+class Extras:
+    """The KV, delete/purge and consumer-churn clients (chaos_workers.py)."""
+
+    kv: KvWriters
+    deleter: Deleter
+    churn: ConsumerChurn
+    clients: list[Clients]
+
+    @classmethod
+    def start(cls, cl: Cluster, rng: random.Random, ledger: Ledger) -> Extras:
+        ex = cls(KvWriters(), Deleter(random.Random(rng.random())),
+                 ConsumerChurn(random.Random(rng.random())), [Clients(cl) for _ in range(4)])
+        a, b, d, c = ex.clients
+        b.turn = 1  # the two KV writers start on different servers
+        ledger.workers += [asyncio.ensure_future(ex.kv.run("a", a, ledger)),
+                           asyncio.ensure_future(ex.kv.run("b", b, ledger)),
+                           asyncio.ensure_future(ex.deleter.run(d, ledger)),
+                           asyncio.ensure_future(ex.churn.run(c, ledger))]
+        return ex
+
+    async def check(self, cl: Cluster) -> None:
+        nc = await cl.connect(cl.nodes[0])
+        try:
+            print(await self.kv.check(cl, nc))
+            print(await self.deleter.check(cl, nc))
+            print(await self.churn.check(cl))
+        finally:
+            await nc.close()
+
+    async def close(self) -> None:
+        for clients in self.clients:
+            await clients.close()
+
+
+async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed: int,
+                     *, extras: bool = False, restart_all: bool = False) -> None:
+    """``faults`` seeded faults; with ``extras`` the KV, delete and consumer clients run
+    too, and with ``restart_all`` one of the faults (a seeded one) is a full restart."""
     rng = random.Random(seed)
     cl = make_cluster(nodes, proxies=True)
     await cl.start()
@@ -259,6 +353,11 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
                                 duplicate_window=600.0)
             await js.add_consumer(STREAM, nats.js.api.ConsumerConfig(
                 durable_name="work", ack_policy=nats.js.api.AckPolicy.EXPLICIT, ack_wait=5.0))
+            if extras:
+                await create_assets(js)
+                await nats.js.kv.KeyValue(
+                    name="CHAOSKV", stream="KV_CHAOSKV", pre="$KV.CHAOSKV.", js=js,
+                    direct=True).put("k", b"seed")
         except nats.js.errors.ServiceUnavailableError:
             return False
         return True
@@ -270,14 +369,21 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
     publisher = asyncio.ensure_future(_publisher(pubs, ledger, limit=100_000))
     consumer = asyncio.ensure_future(_consumer(subs, ledger))
     ledger.workers = [publisher, consumer]
+    extra = Extras.start(cl, rng, ledger) if extras else None
+    full_restart_at = rng.randrange(faults) if restart_all else -1
     done: list[str] = []
     try:
         await ledger.progress(PROGRESS, "before the first fault")
-        for _ in range(faults):
-            done.append(await _fault(cl, rng, ledger))
+        for i in range(faults):
+            if i == full_restart_at:
+                done.append(await _restart_all(cl, ledger))
+            else:
+                done.append(await _fault(cl, rng, ledger))
         ledger.done = True
-        await asyncio.gather(publisher, consumer)
+        await asyncio.gather(*ledger.workers)
         await _settle_and_check(cl, ledger)
+        if extra is not None:
+            await extra.check(cl)
     except BaseException as exc:
         for node in _live(cl):  # what each server's groups looked like when it failed
             with contextlib.suppress(Exception):
@@ -294,10 +400,12 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
         raise AssertionError(f"seed {seed}, faults {done}: {exc}") from exc
     finally:
         ledger.done = True
-        for task in (publisher, consumer):
+        for task in ledger.workers:
             task.cancel()
         await pubs.close()
         await subs.close()
+        if extra is not None:
+            await extra.close()
 
 
 def _seed() -> int:
@@ -309,9 +417,17 @@ async def test_faults_on_a_three_server_cluster(make_cluster: ClusterFactory) ->
     await _run_chaos(make_cluster, 3, faults=6, seed=_seed())
 
 
+@pytest.mark.timeout(300)
+async def test_kv_deletes_and_consumers_under_faults(make_cluster: ClusterFactory) -> None:
+    """A short schedule with one full restart, while the KV, delete/purge and consumer
+    clients run beside the publisher and the consumer."""
+    await _run_chaos(make_cluster, 3, faults=3, seed=_seed(), extras=True, restart_all=True)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 async def test_long_fault_schedule(make_cluster: ClusterFactory) -> None:
     nodes = int(os.environ.get("JETRAFT_CHAOS_NODES", "5"))
     faults = int(os.environ.get("JETRAFT_CHAOS_FAULTS", "60"))
-    await _run_chaos(make_cluster, nodes, faults=faults, seed=_seed())
+    await _run_chaos(make_cluster, nodes, faults=faults, seed=_seed(), extras=True,
+                     restart_all=True)
