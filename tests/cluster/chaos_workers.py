@@ -49,7 +49,7 @@ NO_ANSWER = (nats.errors.TimeoutError, nats.errors.NoRespondersError,
              nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError,
              TimeoutError)
 WRONG_LAST = (10071, 10164)
-NO_MESSAGE = 10037
+NO_MESSAGE = (10037, 10043)  # no message found, sequence not found
 NO_CONSUMER = 10014
 
 
@@ -224,10 +224,10 @@ class Deleter:
             self.in_doubt.add(seq)
         elif reply.get("success"):
             self.deleted.add(seq)
-        elif _error_code(reply) == NO_MESSAGE and tries > 1:
+        elif _error_code(reply) in NO_MESSAGE and tries > 1:
             self.in_doubt.add(seq)  # an earlier attempt without an answer deleted it
         else:
-            raise AssertionError(f"deleting acknowledged sequence {seq}: {reply}")
+            raise AssertionError(f"deleting acknowledged sequence {seq} (attempt {tries}): {reply}")
 
     async def _purge(self, clients: Clients, ledger: Ledger, subject: str) -> None:
         covered = {s for s in self.acked if self._subject(s) == subject}
@@ -389,7 +389,7 @@ async def _on_each_replica(
     replicas = [cluster["leader"]] + [r["name"] for r in cluster.get("replicas", [])]
     seen: dict[str, dict[int, bytes]] = {}
     for name in replicas:
-        async def led_by() -> bool:
+        async def led_by(name: str = name) -> bool:
             got = await _request(nc, f"$JS.API.STREAM.INFO.{stream}", timeout=5.0)
             if got.get("cluster", {}).get("leader") == name:
                 return True

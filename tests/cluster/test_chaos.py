@@ -28,6 +28,8 @@ import nats.js.kv
 import pytest
 
 from tests.cluster.chaos_workers import (
+    DEL_STREAM,
+    KV_STREAM,
     ConsumerChurn,
     Deleter,
     KvWriters,
@@ -168,16 +170,16 @@ def _live(cl: Cluster, but: Node | None = None) -> list[Node]:
     return [n for n in cl.nodes if n.running and not n.paused and n is not but]
 
 
-async def _stream_leader(cl: Cluster) -> str:
+async def _stream_leader(cl: Cluster, stream: str = STREAM) -> str:
     async def ask() -> str | None:
         nc = await cl.connect(_live(cl)[0])
         try:
-            info = await nc.jetstream().stream_info(STREAM)
+            info = await nc.jetstream().stream_info(stream)
             return info.cluster.leader if info.cluster and info.cluster.leader else None
         finally:
             await nc.close()
 
-    return await wait_until(ask, 30, "a stream leader")
+    return await wait_until(ask, 30, f"a leader for {stream}")
 
 
 async def _stream_peers(cl: Cluster) -> list[str]:
@@ -223,16 +225,28 @@ async def _kill_two(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
     return f"kill-two {first.name} {second.name}"
 
 
-async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
+async def _leader_of(cl: Cluster, rng: random.Random, extras: bool) -> str:
+    """The leader of the main stream, or with the extra clients of one of their streams or
+    of the meta group."""
+    which = rng.choice([STREAM, KV_STREAM, DEL_STREAM, "meta"] if extras else [STREAM])
+    if which == "meta":
+        return await cl.wait_jetstream(30, nodes=_live(cl))
+    return await _stream_leader(cl, which)
+
+
+async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger, extras: bool = False) -> str:
     """One fault on one server (or two, in a cluster of five or more), held until the
     others made progress; then healed."""
     kinds = ["kill", "stop", "partition", "stepdown", "kill-leader"]
+    if extras:
+        kinds += ["stop-leader", "partition-leader"]
     if len(cl.nodes) >= 5:
         kinds.append("kill-two")
     kind = rng.choice(kinds)
     if kind == "kill-two":
         return await _kill_two(cl, rng, ledger)
-    leader = await _stream_leader(cl) if kind == "kill-leader" else ""
+    leader = await _leader_of(cl, rng, extras) if kind.endswith("-leader") else ""
+    label, kind = kind, kind.removesuffix("-leader") if kind != "kill-leader" else kind
     victim = cl.node(leader) if leader else rng.choice(_live(cl))
     heal: Callable[[], Awaitable[None]]
     if kind in ("kill", "kill-leader"):
@@ -252,9 +266,17 @@ async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
         async def heal() -> None:
             cl.heal()
     else:
-        nc = await cl.connect(_live(cl)[0])
+        subject = f"$JS.API.STREAM.LEADER.STEPDOWN.{STREAM}"
+        if extras:  # or another group's leader: a stream's, the consumer's, the meta group's
+            subject = rng.choice([subject, f"$JS.API.STREAM.LEADER.STEPDOWN.{KV_STREAM}",
+                                  f"$JS.API.STREAM.LEADER.STEPDOWN.{DEL_STREAM}",
+                                  f"$JS.API.CONSUMER.LEADER.STEPDOWN.{STREAM}.work",
+                                  "$JS.API.META.LEADER.STEPDOWN"])
+            label = "stepdown " + subject.split(".")[2].lower()
+        meta = subject.startswith("$JS.API.META")
+        nc = await (cl.connect_system if meta else cl.connect)(_live(cl)[0])
         with contextlib.suppress(Exception):  # no leader at this instant is fine too
-            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{STREAM}", b"", timeout=2)
+            await nc.request(subject, b"", timeout=2)
         await nc.close()
 
         async def heal() -> None:
@@ -262,7 +284,7 @@ async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
     await ledger.progress(PROGRESS, f"while {victim.name} suffers {kind}")
     await heal()
     await ledger.progress(PROGRESS, f"after healing {kind} of {victim.name}")
-    return f"{kind} {victim.name}"
+    return f"{label} {victim.name}"
 
 
 async def _settle_and_check(cl: Cluster, ledger: Ledger) -> None:
@@ -378,12 +400,13 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
             if i == full_restart_at:
                 done.append(await _restart_all(cl, ledger))
             else:
-                done.append(await _fault(cl, rng, ledger))
+                done.append(await _fault(cl, rng, ledger, extras))
         ledger.done = True
         await asyncio.gather(*ledger.workers)
         await _settle_and_check(cl, ledger)
         if extra is not None:
             await extra.check(cl)
+        print(f"seed {seed}, faults {done}")
     except BaseException as exc:
         for node in _live(cl):  # what each server's groups looked like when it failed
             with contextlib.suppress(Exception):
