@@ -49,8 +49,9 @@ NO_ANSWER = (nats.errors.TimeoutError, nats.errors.NoRespondersError,
              nats.js.errors.NoStreamResponseError, nats.js.errors.ServiceUnavailableError,
              TimeoutError)
 WRONG_LAST = (10071, 10164)
-NO_MESSAGE = (10037, 10043)  # no message found, sequence not found
+NO_MESSAGE = (10037, 10043, 10057)  # no message found, sequence not found, delete failed
 NO_CONSUMER = 10014
+UNAVAILABLE = 10008
 
 
 async def create_assets(js: nats.js.JetStreamContext) -> None:
@@ -72,6 +73,8 @@ async def _request(nc: nats.NATS, subject: str, body: dict[str, Any] | None = No
     if msg.headers and msg.headers.get("Status") == "503":
         raise nats.errors.NoRespondersError
     got: dict[str, Any] = json.loads(msg.data)
+    if _error_code(got) == UNAVAILABLE:  # e.g. not committed in time: it may still be
+        raise nats.js.errors.ServiceUnavailableError(description=str(got))
     return got
 
 
