@@ -227,7 +227,8 @@ class Deleter:
             self.in_doubt.add(seq)
         elif reply.get("success"):
             self.deleted.add(seq)
-        elif _error_code(reply) in NO_MESSAGE and tries > 1:
+        elif (_error_code(reply) in NO_MESSAGE and "found" in str(reply["error"])
+              and tries > 1):
             self.in_doubt.add(seq)  # an earlier attempt without an answer deleted it
         else:
             raise AssertionError(f"deleting acknowledged sequence {seq} (attempt {tries}): {reply}")
