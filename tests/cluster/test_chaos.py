@@ -208,21 +208,53 @@ async def _restart_all(cl: Cluster, ledger: Ledger) -> str:
     return "restart-all"
 
 
-async def _kill_two(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
-    """Two servers down at once, at most one of them the main stream's replica: the meta
-    group and the stream keep their quorums (the other streams may lose theirs)."""
+async def _two_at_once(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
+    """Two servers out at once (each killed, frozen or partitioned; the partitioned ones
+    together on their side), at most one of them the main stream's replica: the meta group
+    and the stream keep their quorums (the other streams may lose theirs)."""
     peers = set(await _stream_peers(cl))
     first = rng.choice([n for n in _live(cl) if n.name not in peers])
     second = rng.choice(_live(cl, but=first))
-    for victim in (first, second):
-        victim.kill()
-    await ledger.progress(PROGRESS, f"while {first.name} and {second.name} are down")
-    for victim in (first, second):
-        victim.start()
-    for victim in (first, second):
+    kinds = {first.name: rng.choice(["kill", "stop", "partition"]),
+             second.name: rng.choice(["kill", "stop", "partition"])}
+    victims = (first, second)
+    cut = [v for v in victims if kinds[v.name] == "partition"]
+    rest = [n for n in _live(cl) if n not in victims]
+    for victim in victims:
+        if kinds[victim.name] == "kill":
+            victim.kill()
+        elif kinds[victim.name] == "stop":
+            victim.pause()
+    if cut:
+        cl.partition(cut, rest)
+    what = " and ".join(f"{kinds[v.name]} {v.name}" for v in victims)
+    await ledger.progress(PROGRESS, f"during {what}")
+    cl.heal()
+    for victim in victims:
+        if kinds[victim.name] == "kill":
+            victim.start()
+        elif kinds[victim.name] == "stop":
+            victim.resume()
+    for victim in victims:
         await cl.wait_serving(victim)
-    await ledger.progress(PROGRESS, f"after {first.name} and {second.name} came back")
-    return f"kill-two {first.name} {second.name}"
+    await ledger.progress(PROGRESS, f"after {what}")
+    return f"two: {what}"
+
+
+async def _flap(cl: Cluster, rng: random.Random, ledger: Ledger) -> str:
+    """A server killed, started, and killed again as soon as it serves (before it caught
+    up with what it missed), then started for good."""
+    victim = rng.choice(_live(cl))
+    victim.kill()
+    await ledger.progress(PROGRESS, f"while {victim.name} is down")
+    victim.start()
+    await cl.wait_serving(victim)
+    victim.kill()
+    await ledger.progress(PROGRESS, f"while {victim.name} is down again")
+    victim.start()
+    await cl.wait_serving(victim)
+    await ledger.progress(PROGRESS, f"after {victim.name} came back")
+    return f"flap {victim.name}"
 
 
 async def _leader_of(cl: Cluster, rng: random.Random, extras: bool) -> str:
@@ -239,12 +271,14 @@ async def _fault(cl: Cluster, rng: random.Random, ledger: Ledger, extras: bool =
     others made progress; then healed."""
     kinds = ["kill", "stop", "partition", "stepdown", "kill-leader"]
     if extras:
-        kinds += ["stop-leader", "partition-leader"]
+        kinds += ["stop-leader", "partition-leader", "flap"]
     if len(cl.nodes) >= 5:
-        kinds.append("kill-two")
+        kinds += ["two", "two"]
     kind = rng.choice(kinds)
-    if kind == "kill-two":
-        return await _kill_two(cl, rng, ledger)
+    if kind == "two":
+        return await _two_at_once(cl, rng, ledger)
+    if kind == "flap":
+        return await _flap(cl, rng, ledger)
     leader = await _leader_of(cl, rng, extras) if kind.endswith("-leader") else ""
     label, kind = kind, kind.removesuffix("-leader") if kind != "kill-leader" else kind
     victim = cl.node(leader) if leader else rng.choice(_live(cl))
