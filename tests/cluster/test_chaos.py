@@ -7,8 +7,15 @@ Each fault lasts until the others have acknowledged more messages (the cluster m
 progress without that server), and the next comes once the cluster made progress after
 healing, so the schedule waits on conditions, not on time. CI runs a short schedule;
 ``JETRAFT_CHAOS_FAULTS=60 JETRAFT_CHAOS_NODES=5 pytest -m slow tests/cluster/test_chaos.py``
-runs a long one (``JETRAFT_CHAOS_SEED`` replays a schedule; the seed is printed on failure).
-"""
+runs a long one (``JETRAFT_CHAOS_SEED`` replays a schedule; the seed is printed on failure;
+``JETRAFT_CHAOS_BURST=n`` publishes n messages at once instead of one).
+
+With ``extras`` (the long schedule, and a short second CI test) KV compare-and-set
+writers, a deleter (message deletes, filtered purges) and consumers created and deleted
+run beside them (chaos_workers.py); the faults then also hit the leaders of their groups
+and of the meta group, a server flaps (killed again as soon as it serves), one fault of
+the schedule is a full restart (SIGKILL every server), and in a cluster of five two
+servers are out at once."""
 
 from __future__ import annotations
 
@@ -116,29 +123,35 @@ class Clients:
                 await nc.close()
 
 
-async def _publisher(clients: Clients, ledger: Ledger, limit: int) -> None:
-    for i in range(limit):
+async def _publisher(clients: Clients, ledger: Ledger, limit: int, burst: int = 1) -> None:
+    """Messages in runs of ``burst`` published at once; a run is finished (every message
+    in it acknowledged) even when the schedule ends meanwhile."""
+    for start in range(0, limit, burst):
         if ledger.done:
             return
-        for _ in range(600):  # bounded: a message that is never acknowledged fails the test
-            nc = await clients.current()
-            try:
-                # Bounded from outside too: nats-py's publish can wait on a dead socket.
-                ack = await asyncio.wait_for(nc.jetstream().publish(
-                    f"chaos.{i % 7}", b"msg %d" % i, timeout=1.0,
-                    headers={"Nats-Msg-Id": f"m{i}"}), 3.0)
-            except (*RETRYABLE, TimeoutError, nats.js.errors.APIError) as exc:
-                if isinstance(exc, nats.js.errors.APIError) and not isinstance(
-                        exc, nats.js.errors.ServiceUnavailableError | RETRYABLE):
-                    raise
-                clients.note(nc.connected_url.netloc if nc.connected_url else "?", exc)
-                clients.rotate()
-                await asyncio.sleep(0.05)
-                continue
-            ledger.acked[i] = ack.seq
-            break
-        else:
-            raise AssertionError(f"message {i} was never acknowledged")
+        await asyncio.gather(*(_publish_one(clients, ledger, i)
+                               for i in range(start, start + burst)))
+
+
+async def _publish_one(clients: Clients, ledger: Ledger, i: int) -> None:
+    for _ in range(600):  # bounded: a message that is never acknowledged fails the test
+        nc = await clients.current()
+        try:
+            # Bounded from outside too: nats-py's publish can wait on a dead socket.
+            ack = await asyncio.wait_for(nc.jetstream().publish(
+                f"chaos.{i % 7}", b"msg %d" % i, timeout=1.0,
+                headers={"Nats-Msg-Id": f"m{i}"}), 3.0)
+        except (*RETRYABLE, TimeoutError, nats.js.errors.APIError) as exc:
+            if isinstance(exc, nats.js.errors.APIError) and not isinstance(
+                    exc, nats.js.errors.ServiceUnavailableError | RETRYABLE):
+                raise
+            clients.note(nc.connected_url.netloc if nc.connected_url else "?", exc)
+            clients.rotate()
+            await asyncio.sleep(0.05)
+            continue
+        ledger.acked[i] = ack.seq
+        return
+    raise AssertionError(f"message {i} was never acknowledged")
 
 
 async def _consumer(clients: Clients, ledger: Ledger) -> None:
@@ -393,7 +406,8 @@ class Extras:
 
 
 async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed: int,
-                     *, extras: bool = False, restart_all: bool = False) -> None:
+                     *, extras: bool = False, restart_all: bool = False, burst: int = 1
+                     ) -> None:
     """``faults`` seeded faults; with ``extras`` the KV, delete and consumer clients run
     too, and with ``restart_all`` one of the faults (a seeded one) is a full restart."""
     rng = random.Random(seed)
@@ -422,7 +436,7 @@ async def _run_chaos(make_cluster: ClusterFactory, nodes: int, faults: int, seed
     await admin.close()
     ledger = Ledger()
     pubs, subs = Clients(cl), Clients(cl)
-    publisher = asyncio.ensure_future(_publisher(pubs, ledger, limit=100_000))
+    publisher = asyncio.ensure_future(_publisher(pubs, ledger, limit=10_000_000, burst=burst))
     consumer = asyncio.ensure_future(_consumer(subs, ledger))
     ledger.workers = [publisher, consumer]
     extra = Extras.start(cl, rng, ledger) if extras else None
@@ -486,5 +500,6 @@ async def test_kv_deletes_and_consumers_under_faults(make_cluster: ClusterFactor
 async def test_long_fault_schedule(make_cluster: ClusterFactory) -> None:
     nodes = int(os.environ.get("JETRAFT_CHAOS_NODES", "5"))
     faults = int(os.environ.get("JETRAFT_CHAOS_FAULTS", "60"))
+    burst = int(os.environ.get("JETRAFT_CHAOS_BURST", "1"))  # messages published at once
     await _run_chaos(make_cluster, nodes, faults=faults, seed=_seed(), extras=True,
-                     restart_all=True)
+                     restart_all=True, burst=burst)
