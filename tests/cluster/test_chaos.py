@@ -93,7 +93,8 @@ class Clients:
     async def current(self) -> nats.NATS:
         """The connection to this turn's server; servers that cannot be reached are skipped."""
         for _ in range(len(self.cl.nodes) * 20):  # bounded: some server is always up
-            node = self.cl.nodes[self.turn % len(self.cl.nodes)]
+            turn = self.turn
+            node = self.cl.nodes[turn % len(self.cl.nodes)]
             nc = self.conns.get(node.name)
             if nc is not None and nc.is_connected:
                 return nc
@@ -103,7 +104,7 @@ class Clients:
                     ping_interval=1, max_outstanding_pings=2), 3.0)
             except Exception as exc:
                 self.note(node.name, exc)
-                self.rotate()
+                self.rotate(turn)
                 await asyncio.sleep(0.05)
                 continue
             self.conns[node.name] = nc
@@ -114,8 +115,13 @@ class Clients:
         self.errors.append(f"{where} {exc!r}"[:120])
         del self.errors[:-20]
 
-    def rotate(self) -> None:
-        self.turn += 1
+    def rotate(self, seen: int | None = None) -> None:
+        """Move on to the next server; with ``seen`` (the turn a failed attempt used) only
+        if no other attempt moved on meanwhile: many publishes in flight that fail together
+        move on once, not once each (with 25 in flight and 5 servers, they came back to the
+        same dead server every time)."""
+        if seen is None or seen == self.turn:
+            self.turn += 1
 
     async def close(self) -> None:
         for nc in self.conns.values():
@@ -136,6 +142,7 @@ async def _publisher(clients: Clients, ledger: Ledger, limit: int, burst: int = 
 async def _publish_one(clients: Clients, ledger: Ledger, i: int) -> None:
     for _ in range(600):  # bounded: a message that is never acknowledged fails the test
         nc = await clients.current()
+        turn = clients.turn
         try:
             # Bounded from outside too: nats-py's publish can wait on a dead socket.
             ack = await asyncio.wait_for(nc.jetstream().publish(
@@ -146,7 +153,7 @@ async def _publish_one(clients: Clients, ledger: Ledger, i: int) -> None:
                     exc, nats.js.errors.ServiceUnavailableError | RETRYABLE):
                 raise
             clients.note(nc.connected_url.netloc if nc.connected_url else "?", exc)
-            clients.rotate()
+            clients.rotate(turn)
             await asyncio.sleep(0.05)
             continue
         ledger.acked[i] = ack.seq
