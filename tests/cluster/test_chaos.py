@@ -362,7 +362,7 @@ async def _settle_and_check(cl: Cluster, ledger: Ledger) -> None:
     redelivered: set[int] = set()
 
     async def drained() -> bool:
-        with contextlib.suppress(nats.errors.TimeoutError):
+        with contextlib.suppress(nats.errors.TimeoutError, TimeoutError):
             for msg in await sub.fetch(200, timeout=1.0):
                 seq = msg.metadata.sequence.stream
                 redelivered.add(seq)
@@ -379,11 +379,13 @@ async def _settle_and_check(cl: Cluster, ledger: Ledger) -> None:
     while True:
         before = floor[0]
 
-        async def moved(before: int = before) -> bool | None:
-            return True if await drained() else (floor[0] > before) or None
+        async def moved(before: int = before) -> str | None:
+            if await drained():
+                return "drained"
+            return "moved" if floor[0] > before else None
 
-        await wait_until(moved, 60, f"the consumer's ack floor to pass {before} of {total}")
-        if await drained():
+        got = await wait_until(moved, 60, f"the consumer's ack floor to pass {before} of {total}")
+        if got == "drained":
             break
     assert not redelivered & ledger.confirmed, "confirmed acks came back"
     assert ledger.delivered == set(range(1, total + 1)), "messages never delivered"
