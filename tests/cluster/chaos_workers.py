@@ -10,7 +10,9 @@ reply confirmed and its own check afterwards:
   replica, and everything else that was acknowledged is still there.
 * ``ConsumerChurn``: creates and deletes consumers while the faults happen. A confirmed
   create exists afterwards (in the consumer names every server answers, and as a RAFT
-  group on its replicas); a confirmed delete is gone everywhere.
+  group on its replicas); a confirmed delete is gone everywhere. It also updates the
+  deleter's stream (its description): every replica ends with the last confirmed one
+  (or one whose answer was lost).
 
 The workers pace themselves on the main publisher's progress (a condition, not a clock):
 one operation per few acknowledged messages, so they run alongside faults without
@@ -234,10 +236,14 @@ class Deleter:
             raise AssertionError(f"deleting acknowledged sequence {seq} (attempt {tries}): {reply}")
 
     async def _purge(self, clients: Clients, ledger: Ledger, subject: str) -> None:
-        covered = {s for s in self.acked if self._subject(s) == subject}
+        # Bounded by sequence too: a request held back by a partition and delivered after
+        # the retry was answered must not take messages acknowledged since.
+        upto = max(self.acked) + 1
+        covered = {s for s in self.acked if self._subject(s) == subject and s < upto}
+        body = {"filter": subject, "seq": upto}
 
         async def attempt(nc: nats.NATS) -> dict[str, Any]:
-            return await _request(nc, f"$JS.API.STREAM.PURGE.{DEL_STREAM}", {"filter": subject})
+            return await _request(nc, f"$JS.API.STREAM.PURGE.{DEL_STREAM}", body)
 
         reply = await self._retry(clients, ledger, attempt)
         if reply is None:
@@ -268,12 +274,19 @@ class ConsumerChurn:
     created: dict[str, str] = field(default_factory=dict)  # confirmed: name -> raft group
     deleted: set[str] = field(default_factory=set)  # confirmed deleted
     in_doubt: set[str] = field(default_factory=set)  # asked for, no definite answer
+    # Updates of the deleter's stream (its description): the confirmed ones in order, and
+    # those sent without a definite answer.
+    described: list[str] = field(default_factory=list)
+    described_in_doubt: set[str] = field(default_factory=set)
 
     async def run(self, clients: Clients, ledger: Ledger) -> None:
         n = 0
         while await _paced(ledger, 8):
             live = sorted(set(self.created) - self.deleted - self.in_doubt)
-            if len(live) >= 3 or (live and self.rng.random() < 0.4):
+            if self.rng.random() < 0.25:
+                await self._update_stream(clients, ledger, f"update {n}")
+                n += 1
+            elif len(live) >= 3 or (live and self.rng.random() < 0.4):
                 await self._delete(clients, ledger, self.rng.choice(live))
             else:
                 await self._create(clients, ledger, f"churn{n}")
@@ -327,7 +340,43 @@ class ConsumerChurn:
         else:
             raise AssertionError(f"deleting consumer {name}: {reply}")
 
+    async def _update_stream(self, clients: Clients, ledger: Ledger, description: str) -> None:
+        info, _ = await self._answer(clients, ledger, f"$JS.API.STREAM.INFO.{DEL_STREAM}", {})
+        if info is None or "error" in info:
+            return
+        config = {**info["config"], "description": description}
+        subject = f"$JS.API.STREAM.UPDATE.{DEL_STREAM}"
+        self.described_in_doubt.add(description)  # until an answer says otherwise
+        reply, _ = await self._answer(clients, ledger, subject, config)
+        if reply is None:
+            return
+        if "error" in reply:
+            raise AssertionError(f"updating {DEL_STREAM}: {reply}")
+        assert reply["config"].get("description") == description, reply
+        self.described.append(description)
+        # (An update without an answer stays in doubt for good: held back by a partition,
+        # it may arrive after later ones.)
+
+    async def check_stream(self, cl: Cluster) -> None:
+        """Every replica of the deleter's stream holds the config of the last confirmed
+        update (or of one whose answer was lost)."""
+        allowed = set(self.described[-1:]) | self.described_in_doubt
+        if not self.described:
+            allowed.add("")
+
+        def agreed() -> bool:
+            seen = {}
+            for node in cl.nodes:
+                for acc in node.http("/jsz?accounts=1&streams=1").get("account_details", []):
+                    for sd in acc.get("stream_detail", []):
+                        if sd["name"] == DEL_STREAM:
+                            seen[node.name] = sd["config"].get("description", "")
+            return len(seen) == 3 and len(set(seen.values())) == 1 and seen.popitem()[1] in allowed
+
+        await wait_until(agreed, 60, f"every replica of {DEL_STREAM} to hold one of {allowed}")
+
     async def check(self, cl: Cluster) -> str:
+        await self.check_stream(cl)
         live = {name: group for name, group in self.created.items()
                 if name not in self.deleted and name not in self.in_doubt}
         gone = {self.created[name] for name in self.deleted}
@@ -360,7 +409,7 @@ class ConsumerChurn:
         await wait_until(agreed, 60, "every confirmed consumer on every server, and no other")
         assert not listed_deleted, listed_deleted
         return (f"consumers: {len(self.created)} created, {len(self.deleted)} deleted, "
-                f"{len(self.in_doubt)} in doubt")
+                f"{len(self.in_doubt)} in doubt; {len(self.described)} stream updates")
 
 
 # --- reading each replica ------------------------------------------------------------------
