@@ -38,6 +38,7 @@ from jetraft.jetstream.meta import (
     StreamChanged,
     carried_out,
     joins_group,
+    superseded,
 )
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
@@ -171,7 +172,7 @@ class ReplicaKeeper:
             replica.assignment_changed(new)
             js.serve_direct(replica)
             return
-        if replay and _superseded(js.meta.state.streams.get(key), new):
+        if replay and superseded(js.meta.state.streams.get(key), new):
             return
         await self._make_stream(new, joining=joins_group(change, me), known=replay)
 
@@ -230,7 +231,7 @@ class ReplicaKeeper:
         if replica is not None:
             replica.assignment_changed(new)
             return
-        if replay and _superseded(js.meta.state.consumers.get(key), new):
+        if replay and superseded(js.meta.state.consumers.get(key), new):
             return
         await self._make_consumer(new, joining=joins_group(change, me), known=replay)
 
@@ -354,18 +355,6 @@ class ReplicaKeeper:
             if consumer is not None:
                 del js.consumers[consumer.key]
                 self._start_leaving(consumer)
-
-
-def _superseded(now: StreamAssignment | ConsumerAssignment | None,
-                replayed: StreamAssignment | ConsumerAssignment) -> bool:
-    """A replayed assignment whose group the meta state (which applied the log further
-    than the keeper carried it out) no longer holds: deleted, or deleted and made again
-    as another group, later in the log. Its replica is not started: its log was removed
-    with it, so it would start as one that lost its log, repairing from peers that no
-    longer run the group, until the replayed deletion destroys it (every restart did
-    that for every consumer created and deleted since the meta group's last snapshot).
-    The deletion's change still removes whatever of it is left on disk."""
-    return now is None or now.group != replayed.group
 
 
 def _successor(replica: Replica) -> str:
