@@ -164,6 +164,17 @@ def carried_out(change: Change, index: int | None, done: int, server: str) -> bo
     return placed_at(new, server) <= done
 
 
+def superseded(now: StreamAssignment | ConsumerAssignment | None,
+               replayed: StreamAssignment | ConsumerAssignment) -> bool:
+    """Whether an assignment replayed from the meta log on restart is one whose group the
+    meta state (applied further than the replicas were made) no longer holds: deleted, or
+    deleted and made again as another group, later in the log. Its replica is not
+    started: its log was removed with it, so it would start as one that lost its log,
+    repairing from peers that no longer run the group, until the replayed deletion
+    destroyed it. The deletion's change still removes whatever of it is left on disk."""
+    return now is None or now.group != replayed.group
+
+
 def joins_group(change: Change, server: str) -> bool:
     """Whether `server`'s new replica joins an existing group (its leader adds it) rather
     than starting the group. A snapshot's change has no previous assignment to compare

@@ -21,6 +21,7 @@ from jetraft.jetstream.meta import (
     joined_late,
     joins_group,
     placed_at,
+    superseded,
 )
 from jetraft.jetstream.stream_config import StreamConfig
 
@@ -216,3 +217,22 @@ def test_placements_without_a_record_count_as_carried_out() -> None:
     state.apply(AssignStream(sa("A", ("n1", "n2", "n4")), update=True), 30)
     moved = state.streams[("$G", "A")]
     assert [placed_at(moved, p) for p in moved.peers] == [0, 0, 30]
+
+
+def test_a_replayed_assignment_deleted_later_in_the_log_is_superseded() -> None:
+    """What the meta state holds after the whole replay decides: the same group (even
+    reassigned) is still to be started; one deleted, or deleted and made again as another
+    group, is not."""
+    state = MetaState()
+    first = sa("A")
+    state.apply(AssignStream(first))
+    state.apply(AssignConsumer(ca("A", "c")))
+    assert not superseded(state.streams.get(("$G", "A")), first)
+    assert not superseded(state.consumers.get(("$G", "A", "c")), ca("A", "c"))
+    state.apply(RemoveConsumer("$G", "A", "c"))
+    assert superseded(state.consumers.get(("$G", "A", "c")), ca("A", "c"))
+    state.apply(RemoveStream("$G", "A"))
+    again = StreamAssignment("$G", first.config, "S-A2", first.peers, 1)
+    state.apply(AssignStream(again))
+    assert superseded(state.streams.get(("$G", "A")), first)
+    assert not superseded(state.streams.get(("$G", "A")), again)

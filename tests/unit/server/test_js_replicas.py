@@ -359,3 +359,31 @@ async def test_a_stream_deleted_while_its_replica_here_is_leaving_takes_it_along
         assert ("$G", "S") not in js.leaving
     finally:
         await _stopped(js, task)
+
+
+async def test_a_replay_of_a_stream_deleted_later_in_the_log_starts_no_replica(
+    tmp_path: Path, streams: list[_Stream]
+) -> None:
+    """On restart the meta group replays its log; a stream (or consumer) created and
+    deleted since its last snapshot is no longer in the meta state when the keeper gets to
+    its creation. Its replica used to be started anyway, as a known group without a log
+    (a damaged replica repairing from peers that no longer run the group), until the
+    replayed deletion destroyed it. The deletion still removes what is left on disk."""
+    js = _Js(tmp_path)
+    gone = _sa(("a", "b", "c"), name="GONE")
+    kept = _sa(("a", "b", "c"), name="KEPT")
+    js.meta.state.streams[("$G", "KEPT")] = kept  # the state after the whole replay
+    leftover = js.raft_dir(gone.group)
+    leftover.mkdir(parents=True)
+    keeper, task = await _running(js)
+    try:
+        for change in (StreamChanged(("$G", "GONE"), None, gone),
+                       StreamChanged(("$G", "KEPT"), None, kept),
+                       StreamChanged(("$G", "GONE"), gone, None)):
+            keeper.changes.put_nowait((change, True))
+        await _until(keeper.changes.empty)
+        await _until(lambda: not leftover.exists())
+        assert [s.sa.config.name for s in streams] == ["KEPT"]
+        assert streams[0].known is True
+    finally:
+        await _stopped(js, task)

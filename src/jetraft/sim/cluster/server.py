@@ -32,6 +32,7 @@ from jetraft.jetstream.meta import (
     StreamChanged,
     carried_out,
     joins_group,
+    superseded,
 )
 from jetraft.raft.disk import MemDisk
 from jetraft.raft.driver import State
@@ -281,6 +282,9 @@ class SimServer:
             replica.sa = new
             self._assignment_changed(replica)
             return
+        if replay and self.meta is not None and superseded(self.meta.state.streams.get(key),
+                                                           new):
+            return  # as the server's keeper: deleted later in the log
         joining = self._joining(change)
         self._make_stream(key, new, joining=joining, known=replay)
 
@@ -330,6 +334,9 @@ class SimServer:
             replica.ca = new
             self._assignment_changed(replica)
             return
+        if replay and self.meta is not None and superseded(
+                self.meta.state.consumers.get(key), new):
+            return  # as the server's keeper: deleted later in the log
         # As the server's keeper: a stream replica on its way out still serves its
         # consumers (they follow the stream's replica here when it comes back).
         stream = self.streams.get(key[:2]) or self.leaving.get(key[:2])

@@ -38,6 +38,7 @@ from jetraft.jetstream.meta import (
     StreamChanged,
     carried_out,
     joins_group,
+    superseded,
 )
 from jetraft.raft.disk import OsDisk
 from jetraft.raft.ready import RaftError
@@ -171,6 +172,8 @@ class ReplicaKeeper:
             replica.assignment_changed(new)
             js.serve_direct(replica)
             return
+        if replay and superseded(js.meta.state.streams.get(key), new):
+            return
         await self._make_stream(new, joining=joins_group(change, me), known=replay)
 
     async def _make_stream(self, sa: StreamAssignment, *, joining: bool,
@@ -227,6 +230,8 @@ class ReplicaKeeper:
             return
         if replica is not None:
             replica.assignment_changed(new)
+            return
+        if replay and superseded(js.meta.state.consumers.get(key), new):
             return
         await self._make_consumer(new, joining=joins_group(change, me), known=replay)
 
