@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import json
 import re
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +18,7 @@ import nats.errors
 import pytest
 
 from jetraft.jetstream.consumer_config import parse_rfc3339_ns
-from tests.integration.jetstream.consumer_support import _wait_port, nats_server_binary
-from tests.ports import free_port
+from tests.integration.jetstream.consumer_support import nats_server_binary, on_both_configs
 
 pytestmark = pytest.mark.skipif(
     not Path(nats_server_binary()).exists(), reason="nats-server binary not installed"
@@ -149,30 +147,7 @@ async def _scenario(url: str) -> dict[str, Any]:
 
 
 async def test_trace_events_as_nats_server(tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "nats.conf"
-    conf.write_text(CONF.format(port=port, store=tmp_path / "nats"))
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-c", str(conf)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        await _wait_port(port)
-        theirs = await _scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(parse_config(CONF.format(port=-1, store=tmp_path / "jetraft")))
-    await server.start()
-    try:
-        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_configs(tmp_path, CONF, _scenario)
 
     assert 'permissions violation for publish to "forbidden.t"' in str(theirs["errors"])
     # What the servers answered, case by case, then as a whole.
@@ -237,30 +212,7 @@ async def _import_scenario(url: str) -> dict[str, Any]:
 
 
 async def test_a_stream_import_is_traced_as_nats_server(tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "imports.conf"
-    conf.write_text(IMPORT_CONF.format(port=port))
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-c", str(conf)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        await _wait_port(port)
-        theirs = await _import_scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(parse_config(IMPORT_CONF.format(port=-1)))
-    await server.start()
-    try:
-        ours = await _import_scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_configs(tmp_path, IMPORT_CONF, _import_scenario)
     # jetraft also reports where the message went in the importing account (an egress
     # naming that account); nats-server 2.15 reports the crossing only.
     egress = {"type": "eg", "kind": 0, "name": "sub", "acc": "B", "sub": "p.a.>"}

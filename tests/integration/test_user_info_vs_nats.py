@@ -4,15 +4,13 @@ the requester is, its account and permissions, from any account."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import nats
 import pytest
 
-from tests.integration.jetstream.consumer_support import _wait_port, nats_server_binary
-from tests.ports import free_port
+from tests.integration.jetstream.consumer_support import nats_server_binary, on_both_configs
 
 pytestmark = pytest.mark.skipif(
     not Path(nats_server_binary()).exists(), reason="nats-server binary not installed"
@@ -57,29 +55,6 @@ async def _scenario(url: str) -> list[Any]:
 
 
 async def test_user_info_as_nats_server(tmp_path: Path) -> None:
-    port = free_port()
-    conf = tmp_path / "n.conf"
-    conf.write_text(CONF.format(port=port))
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-c", str(conf)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        await _wait_port(port)
-        theirs = await _scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
-
-    server = Server(parse_config(CONF.format(port=-1)))
-    await server.start()
-    try:
-        ours = await _scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+    theirs, ours = await on_both_configs(tmp_path, CONF, _scenario)
     assert ours == theirs
     assert theirs[0]["user"] == "s" and theirs[0]["account"] == "S"

@@ -75,6 +75,28 @@ def filters_overlap(a: str, b: str) -> bool:
     return True
 
 
+def filter_intersection(a: str, b: str) -> str | None:
+    """The filter of the subjects both filters match (None: none; ``filters_overlap``
+    says whether there is one)."""
+    at, bt = a.split("."), b.split(".")
+    out: list[str] = []
+    for i in range(max(len(at), len(bt))):
+        x = at[i] if i < len(at) else None
+        y = bt[i] if i < len(bt) else None
+        if x == ">" or y == ">":
+            rest = bt[i:] if x == ">" else at[i:]
+            return ".".join(out + rest) if rest else None
+        if x is None or y is None:
+            return None
+        if x == "*":
+            out.append(y)
+        elif y == "*" or x == y:
+            out.append(x)
+        else:
+            return None
+    return ".".join(out)
+
+
 def is_subset(sub: str, sup: str) -> bool:
     """Is every subject matched by ``sub`` also matched by ``sup``?"""
     ts, tp = sub.split("."), sup.split(".")

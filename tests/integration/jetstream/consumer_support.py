@@ -143,34 +143,54 @@ async def pull(nc: nats.NATS, stream: str, consumer: str, body: bytes, inbox: In
     await nc.publish(f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}", body, reply=inbox.subject)
 
 
+async def _on_nats_server(
+    args: list[str], port: int, scenario: Callable[[str], Awaitable[Any]]
+) -> Any:
+    proc = subprocess.Popen(
+        [nats_server_binary(), *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        await _wait_port(port)
+        return await scenario(f"nats://127.0.0.1:{port}")
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def _on_jetraft(conf: str, scenario: Callable[[str], Awaitable[Any]]) -> Any:
+    from jetraft.config import parse_config
+    from jetraft.server.server import Server
+
+    server = Server(parse_config(conf))
+    await server.start()
+    try:
+        return await scenario(f"nats://127.0.0.1:{server.client_port}")
+    finally:
+        await server.stop()
+
+
 async def on_both_servers(
     tmp_path: Path, scenario: Callable[[str], Awaitable[Any]]
 ) -> tuple[Any, Any]:
     """Differential tests: ``scenario(url)`` on a real nats-server, then on an in-process
     jetraft server, each with JetStream in a directory of its own; (theirs, ours)."""
     port = _free_port()
-    proc = subprocess.Popen(
-        [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd",
-         str(tmp_path / "nats")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    args = ["-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(tmp_path / "nats")]
+    theirs = await _on_nats_server(args, port, scenario)
+    ours = await _on_jetraft(
+        f'listen: 127.0.0.1:-1\njetstream {{ store_dir: "{tmp_path / "jetraft"}" }}\n', scenario
     )
-    try:
-        await _wait_port(port)
-        theirs = await scenario(f"nats://127.0.0.1:{port}")
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    return theirs, ours
 
-    from jetraft.config import parse_config
-    from jetraft.server.server import Server
 
-    server = Server(
-        parse_config(f'listen: 127.0.0.1:-1\njetstream {{ store_dir: "{tmp_path / "jetraft"}" }}\n')
-    )
-    await server.start()
-    try:
-        ours = await scenario(f"nats://127.0.0.1:{server.client_port}")
-    finally:
-        await server.stop()
+async def on_both_configs(
+    tmp_path: Path, conf: str, scenario: Callable[[str], Awaitable[Any]]
+) -> tuple[Any, Any]:
+    """``on_both_servers`` with a configuration of the test's: ``conf`` is formatted with
+    each server's ``port`` and JetStream ``store`` directory; (theirs, ours)."""
+    port = _free_port()
+    path = tmp_path / "nats.conf"
+    path.write_text(conf.format(port=port, store=tmp_path / "nats"))
+    theirs = await _on_nats_server(["-c", str(path)], port, scenario)
+    ours = await _on_jetraft(conf.format(port=-1, store=tmp_path / "jetraft"), scenario)
     return theirs, ours

@@ -11,6 +11,7 @@ import pytest
 from jetraft.config import parse_config
 from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.headers import parse_headers
+from jetraft.protocol.subjects import filter_intersection, filters_overlap
 from jetraft.server.core.accounts import (
     Account,
     Subscription,
@@ -18,7 +19,6 @@ from jetraft.server.core.accounts import (
     deliver_replies_each,
 )
 from jetraft.server.core.import_mapping import (
-    intersect,
     service_mapper,
     source_filter,
     stream_mapper,
@@ -523,5 +523,6 @@ def test_source_filters(imported: str, local: str, wanted: str, source: str | No
     ],
 )
 def test_filter_intersections(a: str, b: str, both: str | None) -> None:
-    assert intersect(a, b) == both
-    assert intersect(b, a) == both
+    assert filter_intersection(a, b) == both
+    assert filter_intersection(b, a) == both
+    assert filters_overlap(a, b) == (both is not None)

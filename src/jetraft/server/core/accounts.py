@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from jetraft.protocol.client import PubBatch
+from jetraft.protocol.client import PubBatch, split_body
 from jetraft.protocol.mapping import SubjectMapper
 from jetraft.server.core.sublist import SubList
 
@@ -88,6 +88,18 @@ def deliver_each(
             msgs += 1
             size += len(data)
     return msgs, size
+
+
+def deliver_run_each(
+    owner: Subscriber, sub: Subscription, batch: PubBatch, first: int, stop: int
+) -> int:
+    """``Subscriber.deliver_run`` one ``deliver`` at a time, for owners that take no runs."""
+    delivered = 0
+    for line, body in batch.messages(first, stop):
+        hdr, data = split_body(line, body)
+        if owner.deliver(sub, line[0], line[1], hdr, data):
+            delivered += 1
+    return delivered
 
 
 def deliver_replies_each(

@@ -9,6 +9,7 @@ from typing import Any
 
 from jetraft.config.errors import ConfigError
 from jetraft.config.model import AccountConfig, AccountImport, ServerConfig
+from jetraft.protocol.subjects import filter_intersection
 from jetraft.protocol.transform import SubjectTransform, TransformError
 
 Mapper = Callable[[str], str | None]
@@ -48,34 +49,13 @@ def _transform(src: str, dest: str) -> Mapper:
     return mapped
 
 
-def intersect(a: str, b: str) -> str | None:
-    """The filter of the subjects both filters match (None: none)."""
-    at, bt = a.split("."), b.split(".")
-    out: list[str] = []
-    for i in range(max(len(at), len(bt))):
-        x = at[i] if i < len(at) else None
-        y = bt[i] if i < len(bt) else None
-        if x == ">" or y == ">":
-            rest = bt[i:] if x == ">" else at[i:]
-            return ".".join(out + rest) if rest else None
-        if x is None or y is None:
-            return None
-        if x == "*":
-            out.append(y)
-        elif y == "*" or x == y:
-            out.append(x)
-        else:
-            return None
-    return ".".join(out)
-
-
 def source_filter(imported: str, local: str, wanted: str) -> str | None:
     """What a stream import must take in the exporting account (``imported``, shown as
     ``local`` in the importer) for the importer's subscription ``wanted``: the subjects whose
     mapping ``wanted`` matches (None: none). Exact for the identity and ``prefix`` mappings;
     for other mappings the whole ``imported`` subject (a superset: the mapping sorts out)."""
     if local == imported:
-        return intersect(wanted, imported)
+        return filter_intersection(wanted, imported)
     if local.endswith("." + imported):
         prefix = local[: -len(imported) - 1].split(".")
         toks = wanted.split(".")
@@ -87,8 +67,8 @@ def source_filter(imported: str, local: str, wanted: str) -> str | None:
             if toks[i] not in ("*", p):
                 return None
         rest = toks[len(prefix) :]
-        return intersect(".".join(rest), imported) if rest else None
-    return imported if intersect(wanted, local) is not None else None
+        return filter_intersection(".".join(rest), imported) if rest else None
+    return imported if filter_intersection(wanted, local) is not None else None
 
 
 def stream_mapper(subject: str, local: str) -> Mapper:

@@ -41,7 +41,7 @@ from jetraft.config.model import (
     AccountExport,
     AccountImport,
 )
-from jetraft.protocol.client import PubBatch, PubLine, split_body
+from jetraft.protocol.client import PubBatch, PubLine
 from jetraft.protocol.headers import encode_headers, header_value
 from jetraft.protocol.subjects import filters_overlap, is_subset
 from jetraft.server.core.accounts import (
@@ -49,6 +49,7 @@ from jetraft.server.core.accounts import (
     Subscription,
     deliver_each,
     deliver_replies_each,
+    deliver_run_each,
 )
 from jetraft.server.core.import_mapping import (
     Mapper,
@@ -58,6 +59,7 @@ from jetraft.server.core.import_mapping import (
     untokenize,
 )
 from jetraft.server.core.router import Router
+from jetraft.server.core.stand_in import StandIn
 
 __all__ = [
     "MAX_HOPS",
@@ -77,16 +79,27 @@ REQUEST_INFO = "Nats-Request-Info"
 _MAPPED_CACHE = 1024  # mapped subjects a stream import remembers
 
 class _Hops:
+    """How many imports the message being routed has passed (routing is synchronous, so
+    one count for the process serves every message in turn)."""
+
     depth = 0
 
+    @classmethod
+    def enter(cls) -> bool:
+        """One more import on the message's way; False past the limit. Pair with
+        ``leave``."""
+        if cls.depth >= MAX_HOPS:
+            return False
+        cls.depth += 1
+        return True
 
-class _Forwarder:
-    """What a forwarder shares: a subscriber that is never handed messages as a subscriber
-    (``is_route``), only through the route methods."""
+    @classmethod
+    def leave(cls) -> None:
+        cls.depth -= 1
 
-    closed = False
-    is_route = True
-    frames_answers = False
+
+class _Forwarder(StandIn):
+    """What a forwarder shares: the hop limit around its ``relay`` (see ``StandIn``)."""
 
     def __init__(self, router: Router, target: Account, mapper: Mapper) -> None:
         self.router = router
@@ -103,13 +116,12 @@ class _Forwarder:
         queues: Sequence[str],
         route_by: str | None,
     ) -> None:
-        if _Hops.depth >= MAX_HOPS:
+        if not self.enter():
             return
-        _Hops.depth += 1
         try:
             self.relay(subject, reply, hdr, data, route_by)
         finally:
-            _Hops.depth -= 1
+            self.leave()
 
     def relay(
         self, subject: str, reply: str | None, hdr: bytes | None, data: bytes, route_by: str | None
@@ -117,48 +129,12 @@ class _Forwarder:
         raise NotImplementedError
 
     def enter(self) -> bool:
-        """One more import on the message's way (message tracing routes it itself); False
-        past the hop limit. Pair with ``leave``."""
-        if _Hops.depth >= MAX_HOPS:
-            return False
-        _Hops.depth += 1
-        return True
+        """``_Hops.enter`` for message tracing, which routes a message across an import
+        itself."""
+        return _Hops.enter()
 
     def leave(self) -> None:
-        _Hops.depth -= 1
-
-    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        self.forward_runs(account, batch, first, stop)
-
-    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        for line, body in batch.messages(first, stop):
-            hdr, data = split_body(line, body)
-            self.forward(account, line[0], line[1], hdr, data, (), None)
-
-    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
-        for subject, data in zip(subjects, bodies, strict=True):
-            self.forward(account, subject, None, None, data, (), None)
-
-    # As a Subscriber: never called for a route-like owner; nothing delivered.
-    def deliver(
-        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
-    ) -> bool:
-        return False
-
-    def deliver_run(
-        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
-    ) -> int:
-        return 0
-
-    def deliver_answers(
-        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
-    ) -> tuple[int, int]:
-        return 0, 0
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> tuple[int, int]:
-        return 0, 0
+        _Hops.leave()
 
 
 class _ImportPublisher:
@@ -278,9 +254,8 @@ class StreamForwarder(_Forwarder):
                 return
             mapped_lines.append((mapped, line[1], line[2], line[3], line[4]))
             mapped_starts.append(starts[r + 1] - base)
-        if _Hops.depth >= MAX_HOPS:
+        if not _Hops.enter():
             return
-        _Hops.depth += 1
         try:
             self.router.route_pubs(
                 self._publisher,
@@ -288,7 +263,7 @@ class StreamForwarder(_Forwarder):
                 PubBatch(mapped_lines, mapped_starts, batch.bodies[base : starts[stop]]),
             )
         finally:
-            _Hops.depth -= 1
+            _Hops.leave()
 
 
 class ServiceForwarder(_Forwarder):
@@ -463,9 +438,8 @@ class ResponseRelay:
         else:  # a stream of responses: the threshold counts from the latest one
             p.deadline_ns = now + p.threshold_ns
             self.pending[key] = self.pending.pop(key)
-        if _Hops.depth >= MAX_HOPS:
+        if not _Hops.enter():
             return False
-        _Hops.depth += 1
         try:
             if shown is None:
                 got = self.router.route_message(None, p.account, p.reply, reply, hdr, data)
@@ -474,7 +448,7 @@ class ResponseRelay:
                     None, p.account, shown, reply, hdr, data, p.reply
                 )
         finally:
-            _Hops.depth -= 1
+            _Hops.leave()
         if not got:
             self.drop(key)
         return True
@@ -482,12 +456,7 @@ class ResponseRelay:
     def deliver_run(
         self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
     ) -> int:
-        got = 0
-        for line, body in batch.messages(first, stop):
-            hdr, data = split_body(line, body)
-            if self.deliver(sub, line[0], line[1], hdr, data):
-                got += 1
-        return got
+        return deliver_run_each(self, sub, batch, first, stop)
 
     def deliver_answers(
         self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int

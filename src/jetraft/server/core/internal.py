@@ -9,12 +9,13 @@ import logging
 import secrets
 from collections.abc import Callable, Sequence
 
-from jetraft.protocol.client import PubBatch, split_body
+from jetraft.protocol.client import PubBatch
 from jetraft.server.core.accounts import (
     Account,
     Subscription,
     deliver_each,
     deliver_replies_each,
+    deliver_run_each,
 )
 from jetraft.server.core.router import Router
 
@@ -159,9 +160,4 @@ class InternalClient:
                 # As in ``deliver``: a bug must not take down the publisher's connection.
                 log.exception("internal handler %s failed on a batch", self.name)
                 return msgs
-        delivered = 0
-        for line, body in batch.messages(first, stop):
-            hdr, data = split_body(line, body)
-            if self.deliver(sub, line[0], line[1], hdr, data):
-                delivered += 1
-        return delivered
+        return deliver_run_each(self, sub, batch, first, stop)

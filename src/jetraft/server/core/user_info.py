@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jetraft.protocol.client import PubBatch, split_body
 from jetraft.server.core.accounts import Account, Subscription
 from jetraft.server.core.identity import Permissions, SubjectRule, User
 from jetraft.server.core.router import Router
+from jetraft.server.core.stand_in import StandIn
 
 SUBJECT = "$SYS.REQ.USER.INFO"
 
@@ -56,10 +56,8 @@ def user_info(account: Account, user: User | None) -> dict[str, Any]:
     return data
 
 
-class UserInfoResponder:
-    closed = False
-    is_route = True  # see the module doc
-    frames_answers = False
+class UserInfoResponder(StandIn):
+    """Answers in every account (see the module doc, and ``StandIn``)."""
 
     def __init__(self, router: Router, server_info: Callable[[], dict[str, Any]]) -> None:
         self.router = router
@@ -95,35 +93,3 @@ class UserInfoResponder:
             "data": user_info(account, getattr(asker, "user", None)),
         }
         self.router.route_message(None, account, reply, None, None, json.dumps(body).encode())
-
-    def forward_run(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        self.forward_runs(account, batch, first, stop)
-
-    def forward_runs(self, account: Account, batch: PubBatch, first: int, stop: int) -> None:
-        for line, body in batch.messages(first, stop):
-            hdr, data = split_body(line, body)
-            self.forward(account, line[0], line[1], hdr, data, (), None)
-
-    def forward_answers(self, account: Account, subjects: list[str], bodies: list[bytes]) -> None:
-        return  # answers carry no reply subject
-
-    # As a Subscriber: never called for a route-like owner.
-    def deliver(
-        self, sub: Subscription, subject: str, reply: str | None, hdr: bytes | None, data: bytes
-    ) -> bool:
-        return False
-
-    def deliver_run(
-        self, sub: Subscription, batch: PubBatch, first: int, stop: int, msgs: int, size: int
-    ) -> int:
-        return 0
-
-    def deliver_answers(
-        self, sub: Subscription, answers: Sequence[tuple[str, bytes]], first: int, stop: int
-    ) -> tuple[int, int]:
-        return 0, 0
-
-    def deliver_replies(
-        self, sub: Subscription, subject: str, items: Sequence[tuple[bytes | None, bytes]]
-    ) -> tuple[int, int]:
-        return 0, 0
