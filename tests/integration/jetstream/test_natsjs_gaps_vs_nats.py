@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
+import nats.errors
 import pytest
 
 from tests.integration.jetstream.consumer_support import nats_server_binary, on_both_servers
@@ -415,8 +416,11 @@ async def _stream_delete_scenario(url: str) -> list[str]:
         # queued when the stream is deleted can be lost there, so the update's comes first.
         out = [(await stream_events.next_msg(timeout=5)).subject]
         await nc.request("$JS.API.STREAM.DELETE.D", b"", timeout=2)
-        out.append((await stream_events.next_msg(timeout=5)).subject)
-        out.append((await events.next_msg(timeout=5)).subject)
+        for sub in (stream_events, events):
+            try:
+                out.append((await sub.next_msg(timeout=5)).subject)
+            except nats.errors.TimeoutError:
+                out.append("(none)")
         return out
     finally:
         await nc.close()
@@ -425,7 +429,16 @@ async def _stream_delete_scenario(url: str) -> list[str]:
 async def test_stream_delete_advises_its_consumers(tmp_path: Path) -> None:
     """Deleting a stream advises each of its consumers deleted, then the stream; an update
     that changes nothing is advised all the same."""
-    theirs, ours = await on_both_servers(tmp_path, _stream_delete_scenario)
-    assert ours == theirs
-    assert theirs == ["$JS.EVENT.ADVISORY.STREAM.UPDATED.D", "$JS.EVENT.ADVISORY.STREAM.DELETED.D",
-                      "$JS.EVENT.ADVISORY.CONSUMER.DELETED.D.x"]
+    expected = ["$JS.EVENT.ADVISORY.STREAM.UPDATED.D", "$JS.EVENT.ADVISORY.STREAM.DELETED.D",
+                "$JS.EVENT.ADVISORY.CONSUMER.DELETED.D.x"]
+    # nats-server, loaded, now and then loses the STREAM.DELETED advisory (queued in the
+    # stream it deletes): it gets three tries to show what it sends; jetraft must send all
+    # of them every time.
+    for attempt in range(3):
+        run = tmp_path / str(attempt)
+        run.mkdir()
+        theirs, ours = await on_both_servers(run, _stream_delete_scenario)
+        assert ours == expected
+        if theirs == expected:
+            break
+    assert theirs == expected
